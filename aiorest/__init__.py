@@ -1,0 +1,38 @@
+"""aiorest: an asyncio HTTP/1.1 REST microframework with its own server."""
+
+from .app import App, ExceptionHandler, Hook, Middleware
+from .convertors import Convertor
+from .datastructures import Headers, MultiDict, State
+from .exceptions import *  # noqa: F403
+from .exceptions import __all__ as _exceptions_all
+from .jsoncodec import JSONCodec
+from .limits import Limits
+from .request import Request
+from .response import JSONResponse, Response, StreamResponse
+from .routing import NoMatchFound, Route, Router
+from .server import Server, run
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "App",
+    "Convertor",
+    "ExceptionHandler",
+    "Headers",
+    "Hook",
+    "JSONCodec",
+    "JSONResponse",
+    "Limits",
+    "Middleware",
+    "MultiDict",
+    "NoMatchFound",
+    "Request",
+    "Response",
+    "Route",
+    "Router",
+    "Server",
+    "State",
+    "StreamResponse",
+    "run",
+    *_exceptions_all,
+]

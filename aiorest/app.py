@@ -1,0 +1,270 @@
+"""The App: assembles routes, middleware, hooks and error handling.
+
+Middleware is chained once per route when the app starts, never per request.
+With no middleware, a route's endpoint is the handler itself, and the server
+turns what it returns into a response.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .convertors import Convertor
+from .datastructures import State
+from .exceptions import ClientDisconnected, HTTPError
+from .jsoncodec import JSONCodec, get_codec
+from .response import JSONResponse, Response
+from .routing import Handler, Route, RouteTable, _RouteDecorators
+
+if TYPE_CHECKING:
+    from .request import Request
+    from .server import Limits
+
+__all__ = ["App", "Middleware", "Hook", "ExceptionHandler"]
+
+logger = logging.getLogger("aiorest.error")
+
+Middleware = Callable[["Request", Handler], Awaitable[Response]]
+Hook = Callable[["App"], Awaitable[None]]
+ExceptionHandler = Callable[["Request", Any], Awaitable[Any]]
+Lifespan = Callable[["App"], AbstractAsyncContextManager[None]]
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+_INTERNAL_ERROR = {"error": {"status": 500, "message": "Internal Server Error", "details": None}}
+
+
+class App(_RouteDecorators):
+    """An aiorest application.
+
+    ``routes``: Route objects to register up front. ``json``: the JSON codec,
+    ``"ujson"`` (default), ``"orjson"``, ``"json"`` or a ``JSONCodec``.
+    ``middleware``: functions ``async def mw(request, handler) -> Response``, outermost
+    first. ``on_startup``/``on_shutdown``: ``async def hook(app)``. ``lifespan``: a
+    function taking the app and returning an async context manager, entered before
+    the startup hooks and left after the shutdown hooks. ``convertors``: extra path
+    parameter converters by name. ``limits``: the server's limits and timeouts.
+    """
+
+    def __init__(
+        self,
+        routes: Iterable[Route] = (),
+        *,
+        json: str | JSONCodec = "ujson",
+        middleware: Sequence[Middleware] = (),
+        on_startup: Sequence[Hook] = (),
+        on_shutdown: Sequence[Hook] = (),
+        lifespan: Lifespan | None = None,
+        convertors: dict[str, Convertor] | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        self.router = RouteTable(convertors)
+        self.state = State()
+        self.json: JSONCodec = get_codec(json)
+        self.middleware: list[Middleware] = list(middleware)
+        self.on_startup: list[Hook] = list(on_startup)
+        self.on_shutdown: list[Hook] = list(on_shutdown)
+        self.lifespan = lifespan
+        self.limits = limits
+        self._exception_handlers: dict[type[BaseException], ExceptionHandler] = {}
+        self._lifespan_cm: AbstractAsyncContextManager[None] | None = None
+        self._started = False
+        for route in routes:
+            self.add_route(route.method, route.path, route.handler, name=route.name)
+
+    # -- registration ------------------------------------------------------------
+
+    def add_route(self, method: str, path: str, handler: Handler, *, name: str | None = None) -> None:
+        """Register ``handler`` for ``method`` on the path template ``path``."""
+        self._check_not_started("add a route")
+        self.router.add(Route(method, path, handler, name))
+
+    def add_middleware(self, middleware: Middleware) -> None:
+        """Add a middleware inside those already added."""
+        self._check_not_started("add middleware")
+        self.middleware.append(middleware)
+
+    def add_convertor(self, name: str, convertor: Convertor) -> None:
+        """Make ``{param:name}`` usable in routes registered from now on."""
+        self.router.convertors[name] = convertor
+
+    def exception_handler(self, exc_class: type[BaseException]) -> Callable[[_F], _F]:
+        """Register ``async def handler(request, exc)`` for ``exc_class`` and its subclasses.
+
+        It returns what a route handler may return. The most specific class wins.
+        """
+
+        def decorator(handler: _F) -> _F:
+            self._exception_handlers[exc_class] = handler
+            return handler
+
+        return decorator
+
+    def url_for(self, name: str, /, **params: Any) -> str:
+        """The path of the route named ``name`` with ``params`` filled in."""
+        return self.router.url_for(name, **params)
+
+    def run(self, host: str = "127.0.0.1", port: int = 8080, **options: Any) -> None:
+        """Serve the app until SIGINT or SIGTERM (see ``aiorest.run`` for ``options``)."""
+        from .server import run  # the server layer sits above the app
+
+        run(self, host=host, port=port, **options)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def startup(self) -> None:
+        """Enter the lifespan, run startup hooks and chain the middleware (once)."""
+        if self._started:
+            raise RuntimeError("the app is already started")
+        if self.lifespan is not None:
+            cm = self.lifespan(self)
+            await cm.__aenter__()
+            self._lifespan_cm = cm
+        try:
+            for hook in self.on_startup:
+                await hook(self)
+        except BaseException:
+            await self._exit_lifespan()
+            raise
+        for route in self.router.routes():
+            route.endpoint = self._chain(route.handler)
+        self._started = True
+
+    async def shutdown(self) -> None:
+        """Run shutdown hooks (last added first), then leave the lifespan."""
+        if not self._started:
+            return
+        self._started = False
+        try:
+            for hook in reversed(self.on_shutdown):
+                try:
+                    await hook(self)
+                except Exception:
+                    logger.exception("shutdown hook %r failed", hook)
+        finally:
+            await self._exit_lifespan()
+
+    async def _exit_lifespan(self) -> None:
+        cm, self._lifespan_cm = self._lifespan_cm, None
+        if cm is not None:
+            await cm.__aexit__(None, None, None)
+
+    def _check_not_started(self, what: str) -> None:
+        if self._started:
+            raise RuntimeError(f"cannot {what} after the app has started")
+
+    def _chain(self, handler: Handler) -> Handler:
+        if not self.middleware:
+            return handler
+        endpoint: Handler = _Converting(handler)
+        for middleware in reversed(self.middleware):
+            endpoint = _Link(middleware, endpoint)
+        return endpoint
+
+    # -- per request (called by the server) ------------------------------------
+
+    def _begin(self, request: Request) -> Awaitable[Any]:
+        """Route ``request`` and start its endpoint; routing errors raise HTTPError."""
+        try:
+            route, params, allow = self.router.resolve(request.method, request.path)
+        except HTTPError as exc:
+            if not self.middleware:
+                raise
+            return self._chain(_Raising(exc))(request)
+        request.path_params = params
+        if route is None:
+            return self._chain(_Options(allow))(request)
+        return route.endpoint(request)
+
+    async def _handle_exception(self, request: Request, exc: BaseException) -> Response:
+        """The response for an exception a handler raised; never raises."""
+        handler = self._find_exception_handler(type(exc))
+        if handler is not None:
+            try:
+                return to_response(await handler(request, exc))
+            except Exception as handler_exc:
+                if handler_exc is not exc:
+                    logger.exception("exception handler %r failed", handler)
+                exc = handler_exc
+        if isinstance(exc, HTTPError):
+            return error_response(exc)
+        if isinstance(exc, ClientDisconnected):  # nobody is left to answer
+            return error_response(HTTPError("client disconnected", status=400))
+        logger.error("unhandled exception in %s %s", request.method, request.path, exc_info=exc)
+        return JSONResponse(_INTERNAL_ERROR, status=500)
+
+    def _find_exception_handler(self, exc_type: type[BaseException]) -> ExceptionHandler | None:
+        if not self._exception_handlers:
+            return None
+        for cls in exc_type.__mro__:
+            handler = self._exception_handlers.get(cls)
+            if handler is not None:
+                return handler
+        return None
+
+
+def to_response(result: Any) -> Response:
+    """What a handler returned, as a Response: dict/list → JSON 200, None → 204."""
+    if isinstance(result, Response):
+        return result
+    if isinstance(result, (dict, list)):
+        return JSONResponse(result)
+    if result is None:
+        return Response(status=204)
+    raise TypeError(f"a handler returned {type(result).__name__}; return a dict, a list, a Response or None")
+
+
+def error_response(exc: HTTPError) -> JSONResponse:
+    """The JSON response for an HTTPError."""
+    return JSONResponse(exc.to_dict(), status=exc.status, headers=exc.headers or None)
+
+
+class _Link:
+    """One middleware bound to the rest of the chain (no closure per request)."""
+
+    __slots__ = ("middleware", "next")
+
+    def __init__(self, middleware: Middleware, next: Handler) -> None:
+        self.middleware = middleware
+        self.next = next
+
+    def __call__(self, request: Request) -> Awaitable[Response]:
+        return self.middleware(request, self.next)
+
+
+class _Converting:
+    """The innermost link when there is middleware: middleware always sees a Response."""
+
+    __slots__ = ("handler",)
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+
+    async def __call__(self, request: Request) -> Response:
+        return to_response(await self.handler(request))
+
+
+class _Raising:
+    """A routing error (404/405) as an endpoint, so that middleware sees it too."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: HTTPError) -> None:
+        self.exc = exc
+
+    async def __call__(self, request: Request) -> Response:
+        raise self.exc
+
+
+class _Options:
+    """OPTIONS on a path with no OPTIONS handler: 204 with ``Allow``."""
+
+    __slots__ = ("allow",)
+
+    def __init__(self, allow: frozenset[str]) -> None:
+        self.allow = allow
+
+    async def __call__(self, request: Request) -> Response:
+        return Response(status=204, headers={"Allow": ", ".join(sorted(self.allow))})

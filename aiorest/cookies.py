@@ -1,0 +1,75 @@
+"""Cookie parsing (request) and ``Set-Cookie`` formatting (response)."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from email.utils import format_datetime
+from http.cookies import _unquote  # type: ignore[attr-defined]
+from typing import Literal
+
+__all__ = ["parse_cookie", "format_set_cookie"]
+
+SameSite = Literal["lax", "strict", "none"]
+
+# RFC 6265 cookie-name is a token; the value may not hold CTLs, whitespace,
+# DQUOTE, comma, semicolon or backslash unless the whole value is quoted.
+_NAME_RE = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_PLAIN_VALUE_RE = re.compile(r"^[!#-+\--:<-\[\]-~]*$")
+
+
+def parse_cookie(header: str) -> dict[str, str]:
+    """Parse a ``Cookie`` request header leniently, as browsers send it.
+
+    Pairs without ``=`` and empty names are skipped; the first of repeated names wins.
+    """
+    cookies: dict[str, str] = {}
+    for chunk in header.split(";"):
+        name, sep, value = chunk.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            continue
+        cookies.setdefault(name, _unquote(value.strip()))
+    return cookies
+
+
+def format_set_cookie(
+    key: str,
+    value: str = "",
+    *,
+    max_age: int | None = None,
+    expires: datetime | int | None = None,
+    path: str | None = "/",
+    domain: str | None = None,
+    secure: bool = False,
+    httponly: bool = False,
+    samesite: SameSite | None = "lax",
+) -> str:
+    """Build one ``Set-Cookie`` header value; invalid names or attributes raise ValueError."""
+    if not _NAME_RE.match(key):
+        raise ValueError(f"invalid cookie name {key!r}")
+    if not _PLAIN_VALUE_RE.match(value):
+        if any(c in value for c in "\r\n\x00"):
+            raise ValueError(f"invalid cookie value for {key!r}")
+        value = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    parts = [f"{key}={value}"]
+    if max_age is not None:
+        parts.append(f"Max-Age={int(max_age)}")
+    if expires is not None:
+        if isinstance(expires, int):
+            expires = datetime.fromtimestamp(expires, UTC)
+        parts.append(f"Expires={format_datetime(expires.astimezone(UTC), usegmt=True)}")
+    for attr, text in (("Path", path), ("Domain", domain)):
+        if text is not None:
+            if any(c in text for c in ";\r\n\x00"):
+                raise ValueError(f"invalid cookie {attr.lower()} {text!r}")
+            parts.append(f"{attr}={text}")
+    if secure:
+        parts.append("Secure")
+    if httponly:
+        parts.append("HttpOnly")
+    if samesite is not None:
+        if samesite.lower() not in ("lax", "strict", "none"):
+            raise ValueError(f"samesite must be 'lax', 'strict' or 'none', not {samesite!r}")
+        parts.append(f"SameSite={samesite.capitalize()}")
+    return "; ".join(parts)

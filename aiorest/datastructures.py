@@ -1,0 +1,198 @@
+"""Multi-valued mappings for query strings and headers, and the state namespace."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TypeVar, overload
+
+__all__ = ["MultiDict", "Headers", "State"]
+
+_T = TypeVar("_T")
+
+
+class MultiDict(Mapping[str, str]):
+    """An immutable mapping where a key may have several values, in order.
+
+    ``md[key]`` and ``md.get(key)`` give the first value; ``md.getall(key)`` all of them.
+    """
+
+    __slots__ = ("_items", "_first")
+
+    def __init__(self, items: Iterable[tuple[str, str]] = ()) -> None:
+        self._items = list(items)
+        first: dict[str, str] = {}
+        for key, value in self._items:
+            first.setdefault(key, value)
+        self._first = first
+
+    def __getitem__(self, key: str) -> str:
+        return self._first[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._first)
+
+    def __len__(self) -> int:
+        return len(self._first)
+
+    def getall(self, key: str, default: list[str] | None = None) -> list[str]:
+        """Every value of ``key``; ``default`` (or ``[]``) when absent."""
+        values = [v for k, v in self._items if k == key]
+        if values:
+            return values
+        return [] if default is None else default
+
+    def multi_items(self) -> list[tuple[str, str]]:
+        """All ``(key, value)`` pairs, repeated keys included, in order."""
+        return list(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, MultiDict):
+            return sorted(self._items) == sorted(other._items)
+        return super().__eq__(other)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._items!r})"
+
+
+class Headers:
+    """Case-insensitive, multi-valued HTTP headers, in the order given.
+
+    ``headers["content-type"]`` gives the first value; ``getall`` every value.
+    Mutating methods check names and values for CR, LF and NUL, so that a header
+    can never be injected into a response.
+    """
+
+    __slots__ = ("_list",)
+
+    def __init__(self, headers: Mapping[str, str] | Iterable[tuple[str, str]] | None = None) -> None:
+        self._list: list[tuple[str, str, str]] = []  # (lower name, name, value)
+        if headers is not None:
+            items = headers.items() if isinstance(headers, Mapping) else headers
+            for name, value in items:
+                self.add(name, value)
+
+    @classmethod
+    def _from_raw(cls, raw: list[tuple[bytes, bytes]]) -> Headers:
+        # Request headers come from the parser, which already rejected bad bytes.
+        self = cls.__new__(cls)
+        self._list = [(n.decode("latin-1").lower(), n.decode("latin-1"), v.decode("latin-1")) for n, v in raw]
+        return self
+
+    def __getitem__(self, name: str) -> str:
+        lname = name.lower()
+        for key, _, value in self._list:
+            if key == lname:
+                return value
+        raise KeyError(name)
+
+    @overload
+    def get(self, name: str) -> str | None: ...
+    @overload
+    def get(self, name: str, default: _T) -> str | _T: ...
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def getall(self, name: str) -> list[str]:
+        lname = name.lower()
+        return [value for key, _, value in self._list if key == lname]
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        lname = name.lower()
+        return any(key == lname for key, _, _ in self._list)
+
+    def __iter__(self) -> Iterator[str]:
+        seen: set[str] = set()
+        for key, _, _ in self._list:
+            if key not in seen:
+                seen.add(key)
+                yield key
+
+    def __len__(self) -> int:
+        return len(self._list)
+
+    def keys(self) -> list[str]:
+        return list(self)
+
+    def items(self) -> list[tuple[str, str]]:
+        """Every ``(name, value)`` pair, repeated names included, names as given."""
+        return [(name, value) for _, name, value in self._list]
+
+    def add(self, name: str, value: str) -> None:
+        """Append a value, keeping any that ``name`` already has."""
+        _check_header(name, value)
+        self._list.append((name.lower(), name, value))
+
+    def __setitem__(self, name: str, value: str) -> None:
+        """Replace every value of ``name`` with ``value``."""
+        _check_header(name, value)
+        lname = name.lower()
+        self._list = [item for item in self._list if item[0] != lname]
+        self._list.append((lname, name, value))
+
+    def __delitem__(self, name: str) -> None:
+        lname = name.lower()
+        kept = [item for item in self._list if item[0] != lname]
+        if len(kept) == len(self._list):
+            raise KeyError(name)
+        self._list = kept
+
+    def setdefault(self, name: str, value: str) -> str:
+        existing = self.get(name)
+        if existing is None:
+            self.add(name, value)
+            return value
+        return existing
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Headers):
+            return NotImplemented
+        return sorted((k, v) for k, _, v in self._list) == sorted((k, v) for k, _, v in other._list)
+
+    def __repr__(self) -> str:
+        return f"Headers({self.items()!r})"
+
+
+_TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _check_header(name: str, value: str) -> None:
+    if not name or not _TCHAR.issuperset(name):
+        raise ValueError(f"invalid header name {name!r}")
+    if "\r" in value or "\n" in value or "\x00" in value:
+        raise ValueError(f"invalid header value for {name!r}: CR, LF and NUL are not allowed")
+
+
+class State:
+    """A namespace for app or request state: ``state.db = pool`` or ``state["db"]``."""
+
+    def __init__(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.__dict__[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.__dict__[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.__dict__[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.__dict__
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.__dict__)
+
+    def __len__(self) -> int:
+        return len(self.__dict__)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.__dict__.get(key, default)
+
+    def __repr__(self) -> str:
+        return f"State({self.__dict__!r})"

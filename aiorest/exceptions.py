@@ -1,0 +1,188 @@
+"""HTTP errors as exceptions, rendered as JSON of one shape.
+
+Every error response body is::
+
+    {"error": {"status": 404, "message": "Not Found", "details": null}}
+
+``details`` is whatever JSON-serialisable value the raiser attached (a list of
+field errors, say), or ``null``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from http import HTTPStatus
+from typing import Any
+
+__all__ = [
+    "HTTPError",
+    "HTTPBadRequest",
+    "HTTPUnauthorized",
+    "HTTPForbidden",
+    "HTTPNotFound",
+    "HTTPMethodNotAllowed",
+    "HTTPNotAcceptable",
+    "HTTPRequestTimeout",
+    "HTTPConflict",
+    "HTTPGone",
+    "HTTPLengthRequired",
+    "HTTPPreconditionFailed",
+    "HTTPPayloadTooLarge",
+    "HTTPURITooLong",
+    "HTTPUnsupportedMediaType",
+    "HTTPUnprocessableEntity",
+    "HTTPTooManyRequests",
+    "HTTPRequestHeaderFieldsTooLarge",
+    "HTTPInternalServerError",
+    "HTTPNotImplemented",
+    "HTTPBadGateway",
+    "HTTPServiceUnavailable",
+    "HTTPGatewayTimeout",
+    "ClientDisconnected",
+]
+
+
+class HTTPError(Exception):
+    """An error that becomes an HTTP response with a JSON body.
+
+    Raise a subclass (``HTTPNotFound``) or this class with any 4xx/5xx status.
+    ``headers`` are added to the response (``Retry-After``, ``WWW-Authenticate``).
+    """
+
+    status: int = 500
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        status: int | None = None,
+        details: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if status is not None:
+            self.status = status
+        if not 400 <= self.status <= 599:
+            raise ValueError(f"HTTPError status must be 4xx or 5xx, got {self.status}")
+        if message is None:
+            message = HTTPStatus(self.status).phrase
+        super().__init__(message)
+        self.message = message
+        self.details = details
+        self.headers: dict[str, str] = dict(headers) if headers else {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON body of this error."""
+        return {"error": {"status": self.status, "message": self.message, "details": self.details}}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(status={self.status}, message={self.message!r})"
+
+
+class HTTPBadRequest(HTTPError):
+    status = 400
+
+
+class HTTPUnauthorized(HTTPError):
+    status = 401
+
+
+class HTTPForbidden(HTTPError):
+    status = 403
+
+
+class HTTPNotFound(HTTPError):
+    status = 404
+
+
+class HTTPMethodNotAllowed(HTTPError):
+    """405; ``allowed`` becomes the ``Allow`` header."""
+
+    status = 405
+
+    def __init__(self, allowed: Iterable[str], message: str | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.allowed = sorted(set(allowed))
+        self.headers["Allow"] = ", ".join(self.allowed)
+
+
+class HTTPNotAcceptable(HTTPError):
+    status = 406
+
+
+class HTTPRequestTimeout(HTTPError):
+    status = 408
+
+
+class HTTPConflict(HTTPError):
+    status = 409
+
+
+class HTTPGone(HTTPError):
+    status = 410
+
+
+class HTTPLengthRequired(HTTPError):
+    status = 411
+
+
+class HTTPPreconditionFailed(HTTPError):
+    status = 412
+
+
+class HTTPPayloadTooLarge(HTTPError):
+    status = 413
+
+
+class HTTPURITooLong(HTTPError):
+    status = 414
+
+
+class HTTPUnsupportedMediaType(HTTPError):
+    status = 415
+
+
+class HTTPUnprocessableEntity(HTTPError):
+    status = 422
+
+
+class _RetryAfter(HTTPError):
+    def __init__(self, message: str | None = None, *, retry_after: int | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        if retry_after is not None:
+            self.headers["Retry-After"] = str(int(retry_after))
+
+
+class HTTPTooManyRequests(_RetryAfter):
+    """429; ``retry_after`` (seconds) becomes the ``Retry-After`` header."""
+
+    status = 429
+
+
+class HTTPRequestHeaderFieldsTooLarge(HTTPError):
+    status = 431
+
+
+class HTTPInternalServerError(HTTPError):
+    status = 500
+
+
+class HTTPNotImplemented(HTTPError):
+    status = 501
+
+
+class HTTPBadGateway(HTTPError):
+    status = 502
+
+
+class HTTPServiceUnavailable(_RetryAfter):
+    """503; ``retry_after`` (seconds) becomes the ``Retry-After`` header."""
+
+    status = 503
+
+
+class HTTPGatewayTimeout(HTTPError):
+    status = 504
+
+
+class ClientDisconnected(ConnectionError):
+    """The client went away while the request body was read or the response written."""

@@ -1,0 +1,705 @@
+"""The HTTP/1.1 connection: llhttp (httptools) parser callbacks to responses.
+
+One HttpProtocol per connection. It parses with httptools, queues requests in
+arrival order (pipelining) and answers them one at a time in that order. A
+handler's first step runs inline; a Task is created only if the handler
+actually waits. All I/O goes through ``self.transport``; feeding bytes to
+``data_received`` with a stand-in transport exercises the whole state machine.
+
+Deadlines are timestamps, checked once a second by ServerState, never timers
+per request. What a connection is doing decides which one applies:
+
+    a head is arriving, nothing in flight  -> head_timeout from its first byte
+                                              (or from accept): 408 or close
+    a handler waits for body bytes         -> body_timeout without progress: 408
+    kept alive, nothing in flight          -> keepalive_timeout: close
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import socket
+from collections import deque
+from collections.abc import Coroutine, Generator
+from email.utils import formatdate
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import unquote
+
+import httptools
+
+from .app import error_response, to_response
+from .exceptions import (
+    ClientDisconnected,
+    HTTPBadRequest,
+    HTTPError,
+    HTTPPayloadTooLarge,
+    HTTPRequestHeaderFieldsTooLarge,
+    HTTPRequestTimeout,
+    HTTPServiceUnavailable,
+    HTTPURITooLong,
+)
+from .limits import Limits
+from .request import Request
+from .response import Response, StreamResponse
+
+if TYPE_CHECKING:
+    from .app import App
+
+__all__ = ["HttpProtocol", "ServerState"]
+
+logger = logging.getLogger("aiorest.error")
+
+_STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
+_METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")}
+_NO_BODY_STATUSES = frozenset({204, 304})
+_LARGE_BODY = 16 * 1024  # above this, head and body go to the socket as two buffers
+_FEED_SLICE = 16 * 1024  # bytes parsed at a time, so a paused connection stops promptly
+
+
+class _ParseAbort(Exception):
+    """Raised in a parser callback: answer ``error`` and close."""
+
+    def __init__(self, error: HTTPError) -> None:
+        self.error = error
+
+
+class _StopParsing(Exception):
+    """Raised in a parser callback: the request is queued; read nothing more."""
+
+
+class ServerState:
+    """What the connections of one server share: the clock, the Server/Date lines, the set."""
+
+    def __init__(self, server_header: str | None = "aiorest") -> None:
+        self.connections: set[HttpProtocol] = set()
+        self._server_line = f"Server: {server_header}\r\n" if server_header else ""
+        self.header_lines = ""
+        self.json_prefix = b""
+        self.now = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._tick()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _tick(self) -> None:
+        # One formatted Date per second for every response, and one sweep of
+        # deadlines, instead of a timer per connection or per request.
+        assert self._loop is not None
+        self.now = self._loop.time()
+        self.header_lines = f"{self._server_line}Date: {formatdate(usegmt=True)}\r\n"
+        self.json_prefix = f"HTTP/1.1 200 OK\r\n{self.header_lines}Content-Type: application/json\r\n".encode("latin-1")
+        for connection in list(self.connections):
+            connection.check_deadline(self.now)
+        self._timer = self._loop.call_at(self.now + 1.0 - (self.now % 1.0), self._tick)
+
+
+class _Resume:
+    """Awaitable that carries on a coroutine whose first step already ran inline."""
+
+    __slots__ = ("coro", "first")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], first: Any) -> None:
+        self.coro = coro
+        self.first = first
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, value = self.coro, self.first
+        while True:
+            try:
+                sent = yield value
+            except BaseException as exc:  # a cancellation thrown in by the Task
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
+class HttpProtocol(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, app: App, state: ServerState, limits: Limits, loop: asyncio.AbstractEventLoop) -> None:
+        self._app = app
+        self._codec = app.json
+        self._state = state
+        self._limits = limits
+        self._loop = loop
+        self._parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.peername: Any = None
+        # head being parsed
+        self._url = b""
+        self._raw_headers: list[tuple[bytes, bytes]] = []
+        self._head_bytes = 0
+        self._in_head = True
+        self._content_length: int | None = None
+        self._expect_continue = False
+        self._connection_header = False
+        # requests received, in order; the first is the one being answered
+        self._queue: deque[Request] = deque()
+        self._receiving: Request | None = None
+        self._body_received = 0
+        self._current: Request | None = None
+        self._parsing_stopped = False
+        self._pending_data: memoryview | None = None
+        self._closed = False
+        self._close_after_queue = False
+        # flow control
+        self._buffered_body = 0
+        self._reading_paused = False
+        self._writing_paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+        # deadlines: when the head began, the connection went idle, a body wait began
+        self._head_since = state.now
+        self._idle_since = state.now
+        self._body_since = 0.0
+        self._header_bytes = 0
+
+    # -- asyncio.Protocol ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+        self.peername = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        if len(self._state.connections) >= self._limits.max_connections:
+            self._write_error_and_close(HTTPServiceUnavailable("too many connections", retry_after=1))
+            return
+        self._state.connections.add(self)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._closed = True
+        self._state.connections.discard(self)
+        gone = ClientDisconnected("the client closed the connection")
+        for request in self._queue:
+            request._protocol = None
+            request._finish_body(gone)
+        if self._current is None:
+            self._queue.clear()
+        waiter = self._drain_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(gone)
+            waiter.exception()  # retrieved: nobody may be left to await it
+
+    def data_received(self, data: bytes) -> None:
+        if self._parsing_stopped or self._closed:
+            return
+        if self._in_head:
+            self._head_bytes += len(data)
+        if self._body_since:
+            self._body_since = self._state.now
+        if len(data) > _FEED_SLICE:
+            self._feed_slices(memoryview(data))
+        else:
+            try:
+                self._parser.feed_data(data)
+            except httptools.HttpParserError as exc:
+                self._parse_error(exc)
+        if self._in_head and self._head_bytes > self._limits.max_header_size and not self._parsing_stopped:
+            self._abort_parsing(HTTPRequestHeaderFieldsTooLarge("request head too large"))
+        self._process()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        waiter = self._drain_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def eof_received(self) -> bool | None:
+        # The client half-closed: answer what was received, then close.
+        self._close_after_queue = True
+        receiving = self._receiving
+        if receiving is not None:
+            receiving._finish_body(ClientDisconnected("the client closed its side before the body ended"))
+        if self._current is None and not self._queue:
+            return False
+        return True
+
+    # -- parsing ----------------------------------------------------------------------
+
+    def _feed_slices(self, data: memoryview) -> None:
+        for start in range(0, len(data), _FEED_SLICE):
+            if self._parsing_stopped:
+                return
+            if self._reading_paused:
+                self._pending_data = data[start:]
+                return
+            self._feed(data[start : start + _FEED_SLICE])
+
+    def _feed(self, data: bytes | memoryview) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._parse_error(exc)
+
+    def _parse_error(self, exc: httptools.HttpParserError) -> None:
+        if isinstance(exc, httptools.HttpParserCallbackError):
+            cause = exc.__context__
+            if isinstance(cause, _StopParsing):
+                self._stop_parsing()
+            elif isinstance(cause, _ParseAbort):
+                self._abort_parsing(cause.error)
+            else:
+                logger.error("parser callback failed", exc_info=cause)
+                self._abort_parsing(HTTPBadRequest("malformed request"))
+        elif isinstance(exc, httptools.HttpParserUpgrade):
+            # We speak no other protocol: answer the request, then close.
+            if self._queue:
+                self._queue[-1].keep_alive = False
+            self._stop_parsing()
+        else:
+            self._abort_parsing(HTTPBadRequest(f"malformed request: {exc}"))
+
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._raw_headers = []
+        self._header_bytes = 0
+        self._content_length = None
+        self._expect_continue = False
+        self._connection_header = False
+        self._body_received = 0
+        if not self._in_head:
+            self._in_head = True
+            self._head_bytes = 0
+            self._head_since = self._state.now
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        if len(self._url) > self._limits.max_request_line:
+            raise _ParseAbort(HTTPURITooLong(f"request target longer than {self._limits.max_request_line} bytes"))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        headers = self._raw_headers
+        headers.append((name, value))
+        self._header_bytes += len(name) + len(value)
+        if len(headers) > self._limits.max_headers or self._header_bytes > self._limits.max_header_size:
+            raise _ParseAbort(HTTPRequestHeaderFieldsTooLarge("request headers too large or too many"))
+        # Cheap length tests first: most headers are neither of these two.
+        size = len(name)
+        if size == 14 and name.lower() == b"content-length":
+            self._content_length = int(value)  # llhttp accepts digits only
+        elif size == 10 and name.lower() == b"connection":
+            self._connection_header = True
+        elif size == 6 and name.lower() == b"expect" and value.lower() == b"100-continue":
+            self._expect_continue = True
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        self._in_head = False
+        method = parser.get_method()
+        keep_alive = parser.should_keep_alive()
+        # Formatting the version costs 0.2 µs; without a Connection header, only
+        # HTTP/1.1 is kept alive, so the common case needs no formatting.
+        http_version = "1.1" if keep_alive and not self._connection_header else parser.get_http_version()
+        target = self._url
+        head_error: HTTPError | None = None
+        if target[:1] != b"/":
+            target = _origin_form(target)
+        raw_path, _, query = target.partition(b"?")
+        path = raw_path.decode("latin-1")
+        if "%" in path:
+            try:
+                path = unquote(path, errors="strict")
+            except UnicodeDecodeError:
+                head_error = HTTPBadRequest("request path is not valid UTF-8 after percent-decoding")
+        request = Request(
+            _METHODS.get(method) or method.decode("ascii"),
+            path,
+            self._url,
+            query.decode("latin-1"),
+            http_version,
+            self._raw_headers,
+            self._app,
+            self,
+        )
+        if not keep_alive:
+            request.keep_alive = False
+        if self._expect_continue and http_version == "1.1":
+            request._expect_continue = True
+        self._queue.append(request)
+        self._receiving = request
+        if self._content_length is not None and self._content_length > self._limits.max_body_size:
+            request._head_error = HTTPPayloadTooLarge(
+                f"request body of {self._content_length} bytes exceeds the limit of {self._limits.max_body_size}"
+            )
+            request.keep_alive = False
+            raise _StopParsing
+        if head_error is not None:
+            request._head_error = head_error
+        if len(self._queue) >= self._limits.max_pipeline:
+            self._pause_reading()
+
+    def on_body(self, body: bytes) -> None:
+        request = self._receiving
+        assert request is not None
+        self._body_received += len(body)
+        if self._body_received > self._limits.max_body_size:
+            request._finish_body(
+                HTTPPayloadTooLarge(f"request body exceeds the limit of {self._limits.max_body_size} bytes")
+            )
+            request.keep_alive = False
+            raise _StopParsing
+        if request._discard:
+            return
+        request._feed(body)
+        self._buffered_body += len(body)
+        if self._buffered_body > self._limits.body_buffer:
+            self._pause_reading()
+
+    def on_message_complete(self) -> None:
+        request = self._receiving
+        assert request is not None
+        if request._chunks is None and request._waiter is None:
+            request._body_done = True  # no body, nobody waiting: skip the call
+        else:
+            request._finish_body()
+        self._receiving = None
+        self._body_since = 0.0
+
+    def _stop_parsing(self) -> None:
+        """Read nothing more: answer what is queued, then close."""
+        self._parsing_stopped = True
+        self._close_after_queue = True
+        self._pending_data = None
+        self._pause_reading()
+
+    def _abort_parsing(self, error: HTTPError) -> None:
+        """The bytes on the wire are broken: answer ``error`` after what is queued, then close."""
+        self._stop_parsing()
+        receiving = self._receiving
+        if receiving is not None:
+            # A handler reading this body gets the error; one that already
+            # answered has nothing more to send, and the connection closes.
+            receiving._finish_body(error)
+            self._receiving = None
+            return
+        request = Request("GET", "", b"", "", "1.1", [], self._app, self)
+        request._head_error = error
+        request.keep_alive = False
+        request._finish_body()
+        self._queue.append(request)
+
+    # -- answering, in order ---------------------------------------------------------------
+
+    def _process(self) -> None:
+        """Answer queued requests in order while none is in progress."""
+        queue = self._queue
+        while self._current is None and queue and not self._closed:
+            request = self._current = queue[0]
+            if request._head_error is not None:
+                self._respond(request, error_response(request._head_error))
+                continue
+            try:
+                coro = self._app._begin(request)
+            except Exception as exc:
+                coro = self._app._handle_exception(request, exc)
+            self._run(request, coro)
+        if self._current is None and not queue and self._close_after_queue:
+            self._close()
+
+    def _run(self, request: Request, coro: Any) -> None:
+        context = contextvars.copy_context()
+        try:
+            first = context.run(coro.send, None)
+        except StopIteration as stop:
+            stream = self._respond(request, stop.value)
+            if stream is not None:
+                self._spawn(self._finish_stream(stream), context)
+        except Exception as exc:
+            self._run(request, self._app._handle_exception(request, exc))
+        else:
+            self._spawn(self._finish_async(request, coro, first), context)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], context: contextvars.Context) -> None:
+        task = self._loop.create_task(coro, context=context)
+        task.add_done_callback(_log_task_error)
+
+    async def _finish_async(self, request: Request, coro: Coroutine[Any, Any, Any], first: Any) -> None:
+        try:
+            result = await _Resume(coro, first)
+        except Exception as exc:
+            result = await self._app._handle_exception(request, exc)
+        stream = self._respond(request, result)
+        if stream is not None:
+            await stream
+        self._process()
+
+    async def _finish_stream(self, stream: Coroutine[Any, Any, None]) -> None:
+        await stream
+        self._process()
+
+    def _respond(self, request: Request, result: Any) -> Coroutine[Any, Any, None] | None:
+        """Write the response; a StreamResponse gives back the coroutine that streams it."""
+        result_type = type(result)
+        if (
+            (result_type is dict or result_type is list)
+            and request.keep_alive
+            and request.http_version == "1.1"
+            and request.method != "HEAD"
+            and not self._close_after_queue
+            and not self._closed
+        ):
+            # The common case, a dict answered on a kept-alive connection: one
+            # pre-built head prefix, no Response object.
+            try:
+                body = self._codec.dumps(result)
+            except Exception:
+                pass  # the general path below logs it and answers 500
+            else:
+                assert self.transport is not None
+                self.transport.write(b"%sContent-Length: %d\r\n\r\n%s" % (self._state.json_prefix, len(body), body))
+                self._finish(request)
+                return None
+        try:
+            response = to_response(result)
+            if isinstance(response, StreamResponse):
+                if not self._closed:
+                    return self._stream(request, response)
+                body = b""
+            else:
+                body = response.render(self._codec)
+        except Exception as exc:
+            logger.error("cannot send the response to %s %s", request.method, request.path, exc_info=exc)
+            response = error_response(HTTPError())
+            body = response.render(self._codec)
+        if not self._closed:
+            self._write(request, response, body)
+        self._finish(request)
+        return None
+
+    def _head(self, request: Request, response: Response, length: int | None, chunked: bool = False) -> bytes:
+        """The response head; ``length`` None means a streamed body (chunked if ``chunked``)."""
+        status = response.status
+        lines = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n", self._state.header_lines]
+        if status not in _NO_BODY_STATUSES and status >= 200:
+            lines.append(f"Content-Type: {response.media_type}\r\n")
+            if length is not None:
+                lines.append(f"Content-Length: {length}\r\n")
+            elif chunked:
+                lines.append("Transfer-Encoding: chunked\r\n")
+        if response._headers is not None:
+            lines.extend(f"{name}: {value}\r\n" for name, value in response._headers.items())
+        if not request.keep_alive or self._close_after_queue:
+            request.keep_alive = False
+            lines.append("Connection: close\r\n")
+        elif request.http_version == "1.0":
+            lines.append("Connection: keep-alive\r\n")
+        lines.append("\r\n")
+        return "".join(lines).encode("latin-1")
+
+    def _write(self, request: Request, response: Response, body: bytes | bytearray | memoryview) -> None:
+        transport = self.transport
+        assert transport is not None
+        try:
+            head = self._head(request, response, len(body))
+        except UnicodeEncodeError as exc:
+            logger.error("response header is not latin-1: %s", exc)
+            response = error_response(HTTPError())
+            body = response.render(self._codec)
+            head = self._head(request, response, len(body))
+        if request.method == "HEAD" or response.status in _NO_BODY_STATUSES:
+            transport.write(head)
+        elif len(body) > _LARGE_BODY:
+            transport.writelines((head, body))
+        else:
+            transport.write(head + body)
+
+    async def _stream(self, request: Request, response: StreamResponse) -> None:
+        transport = self.transport
+        assert transport is not None
+        chunked = request.http_version != "1.0"
+        if not chunked:
+            request.keep_alive = False  # the end of the body is the end of the connection
+        content = response.content
+        try:
+            transport.write(self._head(request, response, None, chunked))
+            if request.method != "HEAD":
+                async for chunk in content:
+                    if isinstance(chunk, str):
+                        chunk = chunk.encode()
+                    if not chunk:
+                        continue
+                    if self._closed:
+                        raise ClientDisconnected("the client closed the connection")
+                    if chunked:
+                        transport.writelines((b"%x\r\n" % len(chunk), chunk, b"\r\n"))
+                    else:
+                        transport.write(chunk)
+                    await self.drain()
+                if chunked and not self._closed:
+                    transport.write(b"0\r\n\r\n")
+        except ClientDisconnected:
+            request.keep_alive = False
+        except Exception:
+            logger.exception("streaming the response to %s %s failed", request.method, request.path)
+            request.keep_alive = False
+            transport.abort()  # an unterminated chunked body tells the client it is incomplete
+        finally:
+            aclose = getattr(content, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        self._finish(request)
+
+    async def drain(self) -> None:
+        """Wait until the transport's write buffer is below its high-water mark."""
+        if self._closed:
+            raise ClientDisconnected("the client closed the connection")
+        if not self._writing_paused:
+            return
+        waiter = self._loop.create_future()
+        self._drain_waiter = waiter
+        try:
+            await waiter
+        finally:
+            self._drain_waiter = None
+
+    def _finish(self, request: Request) -> None:
+        self._current = None
+        if self._closed:
+            self._queue.clear()
+            return
+        self._queue.popleft()
+        if request._chunks is not None:
+            self._buffered_body -= request._buffered
+            request._chunks = None
+        if not request._body_done:
+            if request._expect_continue:
+                # The client still waits for 100 Continue; its body may never come.
+                request.keep_alive = False
+            request._discard = True
+        if not request.keep_alive:
+            self._close()
+            return
+        self._idle_since = self._state.now
+        self._body_since = 0.0
+        if self._reading_paused:
+            self._update_reading()
+
+    # -- flow control and deadlines ---------------------------------------------------------
+
+    def body_consumed(self, size: int) -> None:
+        """A handler took ``size`` body bytes out of the buffer."""
+        self._buffered_body -= size
+        self._update_reading()
+
+    def body_wait(self) -> None:
+        """A handler waits for body bytes: the body deadline runs."""
+        self._body_since = self._state.now
+
+    def send_continue(self) -> None:
+        """Tell a client that sent ``Expect: 100-continue`` to send its body."""
+        if self.transport is not None and not self._closed:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None and not self._closed:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _update_reading(self) -> None:
+        if (
+            self._reading_paused
+            and not self._parsing_stopped
+            and len(self._queue) < self._limits.max_pipeline
+            and self._buffered_body <= self._limits.body_buffer
+        ):
+            self._reading_paused = False
+            if self._pending_data is not None:
+                # Parse what is left of the last read before reading more; not
+                # from here, which may be inside a handler reading its body.
+                self._loop.call_soon(self._feed_pending)
+            else:
+                assert self.transport is not None
+                self.transport.resume_reading()
+
+    def _feed_pending(self) -> None:
+        data, self._pending_data = self._pending_data, None
+        if data is None or self._closed or self._parsing_stopped:
+            return
+        self._feed_slices(data)
+        if self._pending_data is None and not self._reading_paused and self.transport is not None:
+            self.transport.resume_reading()
+        self._process()
+
+    def check_deadline(self, now: float) -> None:
+        """Called once a second: close or time out a connection past its deadline."""
+        if self._closed or (self.transport is not None and self.transport.is_closing()):
+            return
+        limits = self._limits
+        if self._current is None and not self._queue:
+            if self._in_head:
+                if now - self._head_since > limits.head_timeout:
+                    if self._head_bytes:
+                        self._write_error_and_close(HTTPRequestTimeout("request head not received in time"))
+                    else:
+                        self._close()
+            elif now - self._idle_since > limits.keepalive_timeout:
+                self._close()
+        elif self._body_since and now - self._body_since > limits.body_timeout:
+            self._body_since = 0.0
+            receiving = self._receiving
+            if receiving is not None:
+                receiving._finish_body(HTTPRequestTimeout("request body not received in time"))
+                receiving.keep_alive = False
+            self._stop_parsing()
+
+    def _write_error_and_close(self, error: HTTPError) -> None:
+        response = error_response(error)
+        request = Request("GET", "", b"", "", "1.1", [], self._app, self)
+        request.keep_alive = False
+        body = response.render(self._codec)
+        self._write(request, response, body)
+        self._close()
+
+    def _close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def shutdown(self) -> None:
+        """Server shutdown: close now if idle, else after the response in flight."""
+        self._close_after_queue = True
+        if self._current is None and not self._queue:
+            self._close()
+
+    @property
+    def idle(self) -> bool:
+        return self._current is None and not self._queue
+
+
+def _origin_form(target: bytes) -> bytes:
+    """Reduce an absolute-form target (``http://host/p?q``) to its path and query."""
+    if target == b"*":
+        return b"*"
+    try:
+        url = httptools.parse_url(target)
+    except httptools.HttpParserInvalidURLError:
+        return target
+    path = url.path or b"/"
+    return path + b"?" + url.query if url.query else path
+
+
+def _log_task_error(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("connection task failed", exc_info=task.exception())

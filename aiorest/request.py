@@ -1,0 +1,220 @@
+"""The request handed to handlers.
+
+Headers, query and cookies stay as the parser delivered them until a handler
+asks: a handler that never touches them does not pay for decoding them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
+
+from .cookies import parse_cookie
+from .datastructures import Headers, MultiDict, State
+from .exceptions import ClientDisconnected, HTTPBadRequest, HTTPError, HTTPUnsupportedMediaType
+
+if TYPE_CHECKING:
+    from .app import App
+    from .protocol import HttpProtocol
+
+__all__ = ["Request"]
+
+
+class Request:
+    """One HTTP request: its head, converted path parameters and a streamed body."""
+
+    # Rarely set attributes live on the class, so that creating a request sets
+    # eight attributes, not twenty-five (measured: about 0.1 µs a request).
+    path_params: Mapping[str, Any] = MappingProxyType({})
+    keep_alive = True
+    _headers: Headers | None = None
+    _query: MultiDict | None = None
+    _cookies: dict[str, str] | None = None
+    _state: State | None = None
+    _chunks: deque[bytes] | None = None
+    _buffered = 0
+    _body: bytes | None = None
+    _body_done = False
+    _body_error: BaseException | None = None
+    _body_taken = False
+    _waiter: asyncio.Future[None] | None = None
+    _expect_continue = False
+    _head_error: HTTPError | None = None
+    _discard = False
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        raw_path: bytes,
+        query_string: str,
+        http_version: str,
+        raw_headers: list[tuple[bytes, bytes]],
+        app: App,
+        protocol: HttpProtocol | None = None,
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.raw_path = raw_path
+        self.query_string = query_string
+        self.http_version = http_version
+        self.app = app
+        self._raw_headers = raw_headers
+        self._protocol = protocol
+
+    # -- head ---------------------------------------------------------------
+
+    @property
+    def headers(self) -> Headers:
+        """Request headers, case-insensitive and multi-valued."""
+        if self._headers is None:
+            self._headers = Headers._from_raw(self._raw_headers)
+        return self._headers
+
+    @property
+    def query(self) -> MultiDict:
+        """Query parameters, percent-decoded, repeated keys kept (``getall``)."""
+        if self._query is None:
+            self._query = MultiDict(parse_qsl(self.query_string, keep_blank_values=True))
+        return self._query
+
+    @property
+    def cookies(self) -> dict[str, str]:
+        """Cookies sent in ``Cookie`` headers."""
+        if self._cookies is None:
+            cookies: dict[str, str] = {}
+            for header in self.headers.getall("cookie"):
+                for key, value in parse_cookie(header).items():
+                    cookies.setdefault(key, value)
+            self._cookies = cookies
+        return self._cookies
+
+    @property
+    def state(self) -> State:
+        """Per-request state for middleware and handlers to share."""
+        if self._state is None:
+            self._state = State()
+        return self._state
+
+    @property
+    def client(self) -> tuple[str, int] | None:
+        """The peer's ``(host, port)``; None for a unix socket."""
+        return self._protocol.peername if self._protocol is not None else None
+
+    @property
+    def content_type(self) -> str:
+        """The media type of the body, lower-cased, without parameters ('' when absent)."""
+        return self.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+    def url_for(self, name: str, /, **params: Any) -> str:
+        """The path of a named route (see ``App.url_for``)."""
+        return self.app.url_for(name, **params)
+
+    # -- body ---------------------------------------------------------------
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        """Yield the body in chunks as they arrive (decoded if chunked on the wire)."""
+        if self._body is not None:
+            if self._body:
+                yield self._body
+            return
+        if self._body_taken:
+            raise RuntimeError("the request body was already streamed")
+        self._body_taken = True
+        while True:
+            chunk = await self._next_chunk()
+            if chunk is None:
+                return
+            yield chunk
+
+    async def read(self) -> bytes:
+        """The whole body (kept, so it can be read again)."""
+        if self._body is None:
+            if self._body_taken:
+                raise RuntimeError("the request body was already streamed")
+            self._body_taken = True
+            parts = []
+            while True:
+                chunk = await self._next_chunk()
+                if chunk is None:
+                    break
+                parts.append(chunk)
+            self._body = b"".join(parts)
+        return self._body
+
+    async def text(self) -> str:
+        """The body decoded as UTF-8 (400 if it is not)."""
+        body = await self.read()
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise HTTPBadRequest(f"request body is not valid UTF-8: {exc.reason}") from None
+
+    async def json(self) -> Any:
+        """The body parsed with the app's JSON codec.
+
+        415 if a Content-Type other than JSON was sent; 400 if the body is empty,
+        not valid UTF-8, or not valid JSON.
+        """
+        content_type = self.content_type
+        if content_type and content_type != "application/json" and not content_type.endswith("+json"):
+            raise HTTPUnsupportedMediaType(f"expected a JSON body (application/json), got {content_type}")
+        body = await self.read()
+        if not body:
+            raise HTTPBadRequest("request body is empty; expected JSON")
+        try:
+            return self.app.json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise HTTPBadRequest(f"request body is not valid JSON: {exc}") from None
+
+    async def _next_chunk(self) -> bytes | None:
+        while True:
+            if self._chunks:
+                chunk = self._chunks.popleft()
+                self._buffered -= len(chunk)
+                if self._protocol is not None:
+                    self._protocol.body_consumed(len(chunk))
+                return chunk
+            if self._body_error is not None:
+                raise self._body_error
+            if self._body_done:
+                return None
+            if self._protocol is None:
+                raise ClientDisconnected("the request body is no longer available")
+            if self._expect_continue:
+                self._expect_continue = False
+                self._protocol.send_continue()
+            self._protocol.body_wait()
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiter = waiter
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+    # -- fed by the protocol ---------------------------------------------------
+
+    def _feed(self, chunk: bytes) -> None:
+        if self._chunks is None:
+            self._chunks = deque()
+        self._chunks.append(chunk)
+        self._buffered += len(chunk)
+        self._wake()
+
+    def _finish_body(self, error: BaseException | None = None) -> None:
+        if error is not None and self._body_error is None and not self._body_done:
+            self._body_error = error
+        self._body_done = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def __repr__(self) -> str:
+        return f"<Request {self.method} {self.path}>"

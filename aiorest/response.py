@@ -1,0 +1,155 @@
+"""Responses: bytes or text, JSON, and streamed (chunked) bodies."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from .cookies import SameSite, format_set_cookie
+from .datastructures import Headers
+from .jsoncodec import JSONCodec
+
+__all__ = ["Response", "JSONResponse", "StreamResponse"]
+
+
+class Response:
+    """A response with a body held in memory.
+
+    ``body`` may be bytes or str (encoded as UTF-8). Without ``media_type``, str is
+    sent as ``text/plain`` and bytes as ``application/octet-stream``; a ``text/*``
+    type gets ``; charset=utf-8`` unless it names a charset. ``Content-Length`` is
+    always computed by the server; do not set it yourself.
+    """
+
+    __slots__ = ("status", "body", "media_type", "_headers")
+
+    def __init__(
+        self,
+        body: bytes | str = b"",
+        status: int = 200,
+        headers: Mapping[str, str] | None = None,
+        media_type: str | None = None,
+    ) -> None:
+        if isinstance(body, str):
+            body = body.encode()
+            if media_type is None:
+                media_type = "text/plain"
+        elif not isinstance(body, (bytes, bytearray, memoryview)):
+            raise TypeError(f"Response body must be bytes or str, not {type(body).__name__}; use JSONResponse for data")
+        self.status = status
+        self.body: bytes | bytearray | memoryview = body
+        self.media_type = _with_charset(media_type or "application/octet-stream")
+        self._headers = Headers(headers) if headers else None
+
+    @property
+    def headers(self) -> Headers:
+        """Extra response headers (case-insensitive, multi-valued)."""
+        if self._headers is None:
+            self._headers = Headers()
+        return self._headers
+
+    def render(self, codec: JSONCodec) -> bytes | bytearray | memoryview:
+        """The body bytes; JSON responses encode with the app's codec here."""
+        return self.body
+
+    def set_cookie(
+        self,
+        key: str,
+        value: str = "",
+        *,
+        max_age: int | None = None,
+        expires: datetime | int | None = None,
+        path: str | None = "/",
+        domain: str | None = None,
+        secure: bool = False,
+        httponly: bool = False,
+        samesite: SameSite | None = "lax",
+    ) -> None:
+        """Add a ``Set-Cookie`` header. ``expires`` is a datetime or a Unix timestamp."""
+        self.headers.add(
+            "Set-Cookie",
+            format_set_cookie(
+                key,
+                value,
+                max_age=max_age,
+                expires=expires,
+                path=path,
+                domain=domain,
+                secure=secure,
+                httponly=httponly,
+                samesite=samesite,
+            ),
+        )
+
+    def delete_cookie(
+        self,
+        key: str,
+        *,
+        path: str | None = "/",
+        domain: str | None = None,
+        secure: bool = False,
+        httponly: bool = False,
+        samesite: SameSite | None = "lax",
+    ) -> None:
+        """Tell the client to drop a cookie (empty value, ``Max-Age=0``, expired)."""
+        self.set_cookie(
+            key,
+            "",
+            max_age=0,
+            expires=0,
+            path=path,
+            domain=domain,
+            secure=secure,
+            httponly=httponly,
+            samesite=samesite,
+        )
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.status} {self.media_type}>"
+
+
+class JSONResponse(Response):
+    """``data`` serialised with the app's JSON codec when the response is sent."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> None:
+        self.status = status
+        self.data = data
+        self.body = b""
+        self.media_type = "application/json"
+        self._headers = Headers(headers) if headers else None
+
+    def render(self, codec: JSONCodec) -> bytes:
+        return codec.dumps(self.data)
+
+
+class StreamResponse(Response):
+    """A body sent as it is produced, with chunked transfer encoding.
+
+    ``content`` is an async iterable of bytes or str (an async generator, say).
+    The server pulls the next chunk only once the previous one has been handed
+    to the socket without exceeding its write buffer, so a producer never runs
+    ahead of a slow client.
+    """
+
+    __slots__ = ("content",)
+
+    def __init__(
+        self,
+        content: AsyncIterable[bytes | str],
+        status: int = 200,
+        headers: Mapping[str, str] | None = None,
+        media_type: str | None = "application/octet-stream",
+    ) -> None:
+        if not hasattr(content, "__aiter__"):
+            raise TypeError("StreamResponse content must be an async iterable of bytes or str")
+        super().__init__(b"", status, headers, media_type)
+        self.content = content
+
+
+def _with_charset(media_type: str) -> str:
+    if media_type.startswith("text/") and "charset" not in media_type:
+        return media_type + "; charset=utf-8"
+    return media_type

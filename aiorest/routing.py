@@ -1,0 +1,335 @@
+"""Routes, route groups and the compiled route table.
+
+Static paths resolve with one dict lookup. Dynamic paths are compiled into one
+combined regular expression (one alternative per path template, bottle style),
+so a request never tests routes one by one on the hot path. Methods are grouped
+per path, so a 405 can list every method the path has in ``Allow``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import quote
+
+from .convertors import DEFAULT_CONVERTORS, Convertor
+from .exceptions import HTTPMethodNotAllowed, HTTPNotFound
+
+if TYPE_CHECKING:
+    from .request import Request
+
+__all__ = ["Route", "Router", "RouteTable", "NoMatchFound", "Handler", "METHODS"]
+
+Handler = Callable[["Request"], Awaitable[Any]]
+_H = TypeVar("_H", bound=Handler)
+
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+_PARAM_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::([A-Za-z_][A-Za-z0-9_]*))?\}")
+
+
+class NoMatchFound(LookupError):
+    """``url_for`` was given an unknown route name or wrong parameters."""
+
+
+class Route:
+    """One handler for one method on one path template.
+
+    ``endpoint`` is the handler wrapped in the app's middleware; the App sets it
+    when it starts.
+    """
+
+    __slots__ = ("method", "path", "handler", "name", "endpoint")
+
+    def __init__(self, method: str, path: str, handler: Handler, name: str | None = None) -> None:
+        method = method.upper()
+        if not path.startswith("/"):
+            raise ValueError(f"route path {path!r} must start with '/'")
+        if not _is_async(handler):
+            raise TypeError(
+                f"handler {_describe(handler)} for {method} {path} is not an async "
+                "function: aiorest awaits every handler, so define it with 'async def'"
+            )
+        self.method = method
+        self.path = path
+        self.handler = handler
+        self.name = name
+        self.endpoint: Handler = handler
+
+    def __repr__(self) -> str:
+        return f"Route({self.method!r}, {self.path!r}, {_describe(self.handler)}, name={self.name!r})"
+
+
+def _is_async(handler: object) -> bool:
+    if inspect.iscoroutinefunction(handler):
+        return True
+    # an instance of a class with ``async def __call__``
+    return not inspect.isfunction(handler) and inspect.iscoroutinefunction(type(handler).__call__)
+
+
+def _describe(handler: object) -> str:
+    return repr(getattr(handler, "__qualname__", handler))
+
+
+class _RouteDecorators:
+    """The decorator API shared by App and Router; subclasses implement ``add_route``."""
+
+    def add_route(self, method: str, path: str, handler: Handler, *, name: str | None = None) -> None:
+        raise NotImplementedError
+
+    def route(self, path: str, methods: Iterable[str] = ("GET",), *, name: str | None = None) -> Callable[[_H], _H]:
+        """Register the decorated handler for ``path`` and every method in ``methods``."""
+        methods = list(methods)
+        if isinstance(methods, str) or not methods:
+            raise TypeError("methods must be a non-empty list of method names, e.g. ['GET', 'POST']")
+
+        def decorator(handler: _H) -> _H:
+            for method in methods:
+                self.add_route(method, path, handler, name=name)
+            return handler
+
+        return decorator
+
+    def get(self, path: str, *, name: str | None = None) -> Callable[[_H], _H]:
+        return self.route(path, ["GET"], name=name)
+
+    def post(self, path: str, *, name: str | None = None) -> Callable[[_H], _H]:
+        return self.route(path, ["POST"], name=name)
+
+    def put(self, path: str, *, name: str | None = None) -> Callable[[_H], _H]:
+        return self.route(path, ["PUT"], name=name)
+
+    def patch(self, path: str, *, name: str | None = None) -> Callable[[_H], _H]:
+        return self.route(path, ["PATCH"], name=name)
+
+    def delete(self, path: str, *, name: str | None = None) -> Callable[[_H], _H]:
+        return self.route(path, ["DELETE"], name=name)
+
+    def include(self, router: Router, prefix: str = "", *, name: str | None = None) -> None:
+        """Add every route of ``router`` under ``prefix``.
+
+        A router may be included several times; give each inclusion a ``name`` so
+        that route names stay unique: they become ``"<name>.<route name>"``.
+        """
+        if prefix and (not prefix.startswith("/") or prefix.endswith("/")):
+            raise ValueError(f"prefix {prefix!r} must start with '/' and must not end with '/'")
+        for route in router.routes:
+            route_name = route.name
+            if name is not None and route_name is not None:
+                route_name = f"{name}.{route_name}"
+            self.add_route(route.method, prefix + route.path, route.handler, name=route_name)
+
+
+class Router(_RouteDecorators):
+    """A group of routes, included into an App (or another Router) under a prefix."""
+
+    def __init__(self, routes: Iterable[Route] = ()) -> None:
+        self.routes: list[Route] = []
+        for route in routes:
+            self.add_route(route.method, route.path, route.handler, name=route.name)
+
+    def add_route(self, method: str, path: str, handler: Handler, *, name: str | None = None) -> None:
+        self.routes.append(Route(method, path, handler, name))
+
+
+@dataclass(slots=True)
+class _PathEntry:
+    """Every route of one path template, by method."""
+
+    template: str
+    regex: str
+    params: list[tuple[str, Convertor]]
+    pieces: list[str | tuple[str, Convertor]]
+    methods: dict[str, Route] = field(default_factory=dict)
+    allow: frozenset[str] = frozenset()
+
+    def add(self, route: Route) -> None:
+        if route.method in self.methods:
+            raise ValueError(f"route '{route.path}' is already registered for {route.method}")
+        self.methods[route.method] = route
+        allowed = set(self.methods) | {"OPTIONS"}
+        if "GET" in allowed:
+            allowed.add("HEAD")
+        self.allow = frozenset(allowed)
+
+    def convert(self, texts: Iterable[str]) -> dict[str, Any]:
+        return {name: conv.convert(text) for (name, conv), text in zip(self.params, texts, strict=True)}
+
+
+def _compile(template: str, convertors: Mapping[str, Convertor]) -> _PathEntry:
+    regex: list[str] = []
+    pieces: list[str | tuple[str, Convertor]] = []
+    params: list[tuple[str, Convertor]] = []
+    pos = 0
+    for match in _PARAM_RE.finditer(template):
+        literal = template[pos : match.start()]
+        if "{" in literal or "}" in literal:
+            raise ValueError(f"malformed parameter in route path {template!r}")
+        name, conv_name = match.group(1), match.group(2) or "str"
+        if any(name == seen for seen, _ in params):
+            raise ValueError(f"parameter {name!r} appears twice in route path {template!r}")
+        try:
+            conv = convertors[conv_name]
+        except KeyError:
+            raise ValueError(f"unknown converter {conv_name!r} in route path {template!r}") from None
+        regex.append(re.escape(literal))
+        regex.append(f"({conv.regex})")
+        pieces.append(literal)
+        pieces.append((name, conv))
+        params.append((name, conv))
+        pos = match.end()
+    tail = template[pos:]
+    if "{" in tail or "}" in tail:
+        raise ValueError(f"malformed parameter in route path {template!r}")
+    regex.append(re.escape(tail))
+    pieces.append(tail)
+    return _PathEntry(template, "".join(regex), params, pieces)
+
+
+class RouteTable:
+    """The compiled routes of an App."""
+
+    def __init__(self, convertors: Mapping[str, Convertor] | None = None) -> None:
+        self.convertors: dict[str, Convertor] = dict(DEFAULT_CONVERTORS)
+        if convertors:
+            self.convertors.update(convertors)
+        self._static: dict[str, _PathEntry] = {}
+        self._dynamic: list[_PathEntry] = []
+        self._by_regex: dict[str, _PathEntry] = {}
+        self._names: dict[str, _PathEntry] = {}
+        self._explicit_names: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+        self._group_entry: dict[int, _PathEntry] = {}
+
+    def add(self, route: Route) -> None:
+        """Compile ``route`` into the table.
+
+        Raises ValueError when the method is already registered for the path, or
+        when an explicit name is taken. Without a name, a route is named after its
+        handler; such implicit names may repeat (``url_for`` takes the first).
+        """
+        entry = _compile(route.path, self.convertors)
+        if not entry.params:
+            entry = self._static.setdefault(route.path, entry)
+        else:
+            existing = self._by_regex.get(entry.regex)
+            if existing is None:
+                self._by_regex[entry.regex] = entry
+                self._dynamic.append(entry)
+                self._pattern = None
+            else:
+                entry = existing
+        entry.add(route)
+        name = route.name or getattr(route.handler, "__name__", None)
+        if name is None:
+            return
+        taken = self._names.get(name)
+        explicit = route.name is not None
+        if taken is not None and taken is not entry and explicit:
+            if name in self._explicit_names:
+                raise ValueError(f"route name {name!r} is already used by '{taken.template}'")
+            taken = None  # an explicit name outranks a handler's name
+        if taken is None:
+            self._names[name] = entry
+        if explicit:
+            self._explicit_names.add(name)
+
+    def routes(self) -> list[Route]:
+        entries = list(self._static.values()) + self._dynamic
+        return [route for entry in entries for route in entry.methods.values()]
+
+    def _compile_pattern(self) -> re.Pattern[str]:
+        alternatives = []
+        group = 1
+        self._group_entry = {}
+        for entry in self._dynamic:
+            alternatives.append(f"({entry.regex})")
+            self._group_entry[group] = entry
+            group += 1 + len(entry.params)
+        self._pattern = re.compile("|".join(alternatives) or "(?!)")
+        return self._pattern
+
+    def _match(self, path: str) -> tuple[_PathEntry, dict[str, Any]] | None:
+        pattern = self._pattern or self._compile_pattern()
+        match = pattern.fullmatch(path)
+        if match is None:
+            return None
+        index = match.lastindex or 0
+        entry = self._group_entry[index]
+        count = len(entry.params)
+        texts = (match.group(index + 1),) if count == 1 else match.group(*range(index + 1, index + 1 + count))
+        try:
+            return entry, entry.convert(texts)
+        except ValueError:
+            return None
+
+    def resolve(self, method: str, path: str) -> tuple[Route | None, dict[str, Any], frozenset[str]]:
+        """Find the route for ``method`` and ``path``.
+
+        Returns ``(route, path_params, allow)``; ``route`` is None for an OPTIONS
+        request the path has no handler for (answer with ``allow``). Raises
+        HTTPNotFound or HTTPMethodNotAllowed.
+        """
+        entry = self._static.get(path)
+        if entry is not None:
+            route = entry.methods.get(method)
+            if route is not None:
+                return route, {}, entry.allow
+            params: dict[str, Any] = {}
+        else:
+            found = self._match(path)
+            if found is None:
+                raise HTTPNotFound(f"no route for {path}")
+            entry, params = found
+            route = entry.methods.get(method)
+            if route is not None:
+                return route, params, entry.allow
+        return self._resolve_other_method(method, path, entry, params)
+
+    def _resolve_other_method(
+        self, method: str, path: str, entry: _PathEntry, params: dict[str, Any]
+    ) -> tuple[Route | None, dict[str, Any], frozenset[str]]:
+        # Slow path: HEAD, OPTIONS, or another template that also matches this path.
+        allow = set(entry.allow)
+        for other in self._dynamic:
+            if other is entry:
+                continue
+            match = re.fullmatch(other.regex, path)
+            if match is None:
+                continue
+            try:
+                other_params = other.convert(match.groups())
+            except ValueError:
+                continue
+            if method in other.methods:
+                return other.methods[method], other_params, frozenset(allow | other.allow)
+            allow |= other.allow
+        if method == "HEAD" and "GET" in entry.methods:
+            return entry.methods["GET"], params, frozenset(allow)
+        if method == "OPTIONS":
+            return None, params, frozenset(allow)
+        raise HTTPMethodNotAllowed(allow, f"method {method} is not allowed for {path}")
+
+    def url_for(self, name: str, /, **params: Any) -> str:
+        """The path of the route named ``name``, its parameters filled in."""
+        try:
+            entry = self._names[name]
+        except KeyError:
+            raise NoMatchFound(f"no route named {name!r}") from None
+        expected = {param for param, _ in entry.params}
+        if set(params) != expected:
+            raise NoMatchFound(
+                f"route {name!r} ('{entry.template}') takes parameters {sorted(expected)}, got {sorted(params)}"
+            )
+        out = []
+        for piece in entry.pieces:
+            if isinstance(piece, str):
+                out.append(piece)
+            else:
+                param, conv = piece
+                text = conv.to_string(params[param])
+                out.append(quote(text, safe="/" if conv.regex == ".*" else ""))
+        return "".join(out)

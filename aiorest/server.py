@@ -1,0 +1,160 @@
+"""Serving an App: bind, accept, shut down gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import stat
+from typing import TYPE_CHECKING
+
+from .limits import Limits
+from .protocol import HttpProtocol, ServerState
+
+if TYPE_CHECKING:
+    from .app import App
+
+__all__ = ["Server", "Limits", "run", "new_event_loop"]
+
+logger = logging.getLogger("aiorest.server")
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop event loop when uvloop is installed, else asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class Server:
+    """Runs an App's startup, serves it on a socket, and shuts it down gracefully.
+
+    Give ``host`` and ``port`` (port 0 picks a free one; read ``port`` after
+    ``start``), or ``unix`` (a socket path, created with ``unix_mode``), or an
+    already bound ``sock``.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        unix: str | None = None,
+        unix_mode: int = 0o666,
+        sock: socket.socket | None = None,
+        backlog: int = 2048,
+        limits: Limits | None = None,
+        server_header: str | None = "aiorest",
+        reuse_port: bool = False,
+    ) -> None:
+        self.app = app
+        self.host = host
+        self.port = port
+        self.unix = unix
+        self.unix_mode = unix_mode
+        self.backlog = backlog
+        self.reuse_port = reuse_port
+        self.limits = limits or app.limits or Limits()
+        self._sock = sock
+        self._state = ServerState(server_header)
+        self._server: asyncio.AbstractServer | None = None
+        self._started = False
+
+    async def start(self) -> None:
+        """Run the app's startup, then listen."""
+        loop = asyncio.get_running_loop()
+        await self.app.startup()
+        self._started = True
+        try:
+            self._state.start(loop)
+
+            def factory() -> HttpProtocol:
+                return HttpProtocol(self.app, self._state, self.limits, loop)
+
+            if self._sock is not None:
+                self._server = await loop.create_server(factory, sock=self._sock, backlog=self.backlog)
+            elif self.unix is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    if stat.S_ISSOCK(os.stat(self.unix).st_mode):
+                        os.unlink(self.unix)
+                self._server = await loop.create_unix_server(factory, self.unix, backlog=self.backlog)
+                os.chmod(self.unix, self.unix_mode)
+            else:
+                self._server = await loop.create_server(
+                    factory, self.host, self.port, backlog=self.backlog, reuse_port=self.reuse_port or None
+                )
+                self.port = self._server.sockets[0].getsockname()[1]
+        except BaseException:
+            await self.stop()
+            raise
+
+    @property
+    def url(self) -> str:
+        """Where the server listens, as a URL (``http://host:port`` or ``unix:path``)."""
+        if self.unix is not None:
+            return f"unix:{self.unix}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def stop(self, timeout: float = 30.0) -> None:
+        """Stop accepting, let requests in flight finish (up to ``timeout``), close, shut down the app."""
+        if self._server is not None:
+            self._server.close()
+        connections = list(self._state.connections)
+        for connection in connections:
+            connection.shutdown()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._state.connections and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        for connection in list(self._state.connections):
+            if connection.transport is not None:
+                connection.transport.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        self._state.stop()
+        if self.unix is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.unix)
+        if self._started:
+            self._started = False
+            await self.app.shutdown()
+
+    async def serve_forever(self, stop: asyncio.Event | None = None) -> None:
+        """Start, serve until ``stop`` is set (or SIGINT/SIGTERM arrive), then stop."""
+        stop = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, stop.set)
+        await self.start()
+        logger.info("aiorest serving on %s", self.url)
+        try:
+            await stop.wait()
+        finally:
+            logger.info("aiorest shutting down")
+            await self.stop()
+
+
+def run(
+    app: App,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    unix: str | None = None,
+    limits: Limits | None = None,
+    log_level: str = "info",
+    server_header: str | None = "aiorest",
+) -> None:
+    """Serve ``app`` until SIGINT or SIGTERM, on uvloop when it is installed."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = Server(app, host=host, port=port, unix=unix, limits=limits, server_header=server_header)
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        runner.run(server.serve_forever())

@@ -1,0 +1,19 @@
+"""The examples in examples/ work as documented."""
+
+from examples.hello import app
+
+
+async def test_hello_example(aiorest_client):
+    client = await aiorest_client(app)
+    async with client.get("/") as response:
+        assert response.status == 200
+        assert await response.json() == {"message": "Hello, World!"}
+    async with client.post("/notes", json={"text": "second"}) as response:
+        assert response.status == 201
+        location = response.headers["Location"]
+    assert location == "/notes/2"
+    async with client.get(location) as response:
+        assert await response.json() == {"id": 2, "text": "second"}
+    async with client.get("/notes/99") as response:
+        assert response.status == 404
+        assert (await response.json())["error"]["message"] == "no such note"
