@@ -91,13 +91,17 @@ class ServerState:
             self._timer.cancel()
             self._timer = None
 
+    def refresh(self) -> None:
+        """Format this second's Server/Date lines and the head of a JSON 200 with them."""
+        self.header_lines = f"{self._server_line}Date: {formatdate(usegmt=True)}\r\n"
+        self.json_prefix = f"HTTP/1.1 200 OK\r\n{self.header_lines}Content-Type: application/json\r\n".encode("latin-1")
+
     def _tick(self) -> None:
         # One formatted Date per second for every response, and one sweep of
         # deadlines, instead of a timer per connection or per request.
         assert self._loop is not None
         self.now = self._loop.time()
-        self.header_lines = f"{self._server_line}Date: {formatdate(usegmt=True)}\r\n"
-        self.json_prefix = f"HTTP/1.1 200 OK\r\n{self.header_lines}Content-Type: application/json\r\n".encode("latin-1")
+        self.refresh()
         for connection in list(self.connections):
             connection.check_deadline(self.now)
         self._timer = self._loop.call_at(self.now + 1.0 - (self.now % 1.0), self._tick)
@@ -452,6 +456,8 @@ class HttpProtocol(asyncio.Protocol):
 
     def _respond(self, request: Request, result: Any) -> Coroutine[Any, Any, None] | None:
         """Write the response; a StreamResponse gives back the coroutine that streams it."""
+        if request._expect_continue and not request._body_done:
+            request.keep_alive = False  # the client waits for 100 Continue; its body may never come
         result_type = type(result)
         if (
             (result_type is dict or result_type is list)
@@ -501,7 +507,7 @@ class HttpProtocol(asyncio.Protocol):
                 lines.append("Transfer-Encoding: chunked\r\n")
         if response._headers is not None:
             lines.extend(f"{name}: {value}\r\n" for name, value in response._headers.items())
-        if not request.keep_alive or self._close_after_queue:
+        if not request.keep_alive or (self._close_after_queue and len(self._queue) <= 1):
             request.keep_alive = False
             lines.append("Connection: close\r\n")
         elif request.http_version == "1.0":
@@ -585,9 +591,6 @@ class HttpProtocol(asyncio.Protocol):
             self._buffered_body -= request._buffered
             request._chunks = None
         if not request._body_done:
-            if request._expect_continue:
-                # The client still waits for 100 Continue; its body may never come.
-                request.keep_alive = False
             request._discard = True
         if not request.keep_alive:
             self._close()

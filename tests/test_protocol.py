@@ -1,0 +1,486 @@
+"""The connection state machine, fed bytes directly, with a stand-in transport."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from aiorest import App, Limits, Request, StreamResponse
+from aiorest.protocol import HttpProtocol, ServerState
+from tests.rawhttp import RawResponse, parse_responses
+
+
+class StubTransport:
+    """Records what the protocol writes and asks of its transport."""
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.closed = False
+        self.paused = False
+        self.pause_count = 0
+
+    def write(self, data: bytes) -> None:
+        assert not self.closed, "write after close"
+        self.data += bytes(data)
+
+    def writelines(self, chunks) -> None:
+        for chunk in chunks:
+            self.write(chunk)
+
+    def get_extra_info(self, name: str, default=None):
+        return ("127.0.0.1", 50000) if name == "peername" else default
+
+    def pause_reading(self) -> None:
+        self.paused = True
+        self.pause_count += 1
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+
+def make_app() -> App:
+    app = App()
+
+    @app.get("/json")
+    async def json_handler(request: Request) -> dict[str, str]:
+        return {"message": "Hello, World!"}
+
+    @app.get("/slow/{ms:int}")
+    async def slow(request: Request) -> dict[str, int]:
+        await asyncio.sleep(request.path_params["ms"] / 1000)
+        return {"slept": request.path_params["ms"]}
+
+    @app.post("/echo")
+    async def echo(request: Request) -> dict[str, int]:
+        return {"length": len(await request.read())}
+
+    @app.post("/ignore")
+    async def ignore(request: Request) -> dict[str, bool]:
+        return {"ignored": True}
+
+    @app.get("/gate")
+    async def gate(request: Request) -> dict[str, bool]:
+        await request.app.state.gate.wait()
+        return {"open": True}
+
+    return app
+
+
+class Connection:
+    def __init__(self, app: App, limits: Limits | None = None) -> None:
+        self.state = ServerState()
+        self.state.refresh()
+        self.state.now = 1000.0
+        self.transport = StubTransport()
+        self.protocol = HttpProtocol(app, self.state, limits or Limits(), asyncio.get_running_loop())
+        self.protocol.connection_made(self.transport)  # type: ignore[arg-type]
+        self.state.connections.add(self.protocol)
+
+    def feed(self, data: bytes) -> None:
+        self.protocol.data_received(data)
+
+    async def responses(self, count: int, head: bool = False) -> list[RawResponse]:
+        for _ in range(200):
+            responses, _ = parse_responses(self.transport.data, head_request=head)
+            if len([r for r in responses if r.status != 100]) >= count:
+                return responses
+            await asyncio.sleep(0.005)
+        raise AssertionError(f"expected {count} responses, got {self.transport.data!r}")
+
+
+@pytest.fixture
+async def app() -> App:
+    app = make_app()
+    app.state.gate = asyncio.Event()
+    await app.startup()
+    yield app
+    await app.shutdown()
+
+
+GET_JSON = b"GET /json HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+async def test_one_request_one_response_with_length_date_and_server(app):
+    conn = Connection(app)
+    conn.feed(GET_JSON)
+    [response] = await conn.responses(1)
+    assert response.status == 200
+    assert response.header("server") == "aiorest"
+    assert response.header("date").endswith(" GMT")
+    assert response.body == b'{"message":"Hello, World!"}'
+    assert response.header("content-length") == "27"
+    assert response.header("content-type") == "application/json"
+    assert not conn.transport.closed
+
+
+async def test_request_fed_byte_by_byte(app):
+    conn = Connection(app)
+    for byte in GET_JSON:
+        conn.feed(bytes([byte]))
+    [response] = await conn.responses(1)
+    assert response.status == 200
+
+
+async def test_pipelined_requests_answered_in_order_even_when_first_is_slower(app):
+    conn = Connection(app)
+    conn.feed(
+        b"GET /slow/30 HTTP/1.1\r\n\r\n" + GET_JSON + b"GET /slow/1 HTTP/1.1\r\n\r\n" + b"GET /nope HTTP/1.1\r\n\r\n"
+    )
+    responses = await conn.responses(4)
+    assert [r.status for r in responses] == [200, 200, 200, 404]
+    assert responses[0].body == b'{"slept":30}'
+    assert responses[2].body == b'{"slept":1}'
+
+
+async def test_pipeline_queue_is_bounded_reading_pauses_then_resumes(app):
+    conn = Connection(app, Limits(max_pipeline=4))
+    conn.feed(b"GET /gate HTTP/1.1\r\n\r\n" + GET_JSON * 3)
+    await asyncio.sleep(0.01)
+    assert conn.transport.paused
+    app.state.gate.set()
+    responses = await conn.responses(4)
+    assert [r.status for r in responses] == [200] * 4
+    assert not conn.transport.paused
+
+
+async def test_a_large_read_is_parsed_in_slices_and_stops_at_the_pipeline_limit(app):
+    conn = Connection(app, Limits(max_pipeline=8))
+    conn.feed(b"GET /gate HTTP/1.1\r\n\r\n" + GET_JSON * 2000)  # one 66 kB read
+    await asyncio.sleep(0.01)
+    assert len(conn.protocol._queue) < 1000  # not all 2001 were parsed at once
+    app.state.gate.set()
+    responses = await conn.responses(2001)
+    assert len(responses) == 2001 and all(r.status == 200 for r in responses)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"POST /echo HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"POST /echo HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+        b"POST /echo HTTP/1.1\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n",
+        b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
+        b"POST /echo HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n",
+        b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+        b"POST /echo HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+        b"GET /json HTTP/1.1\r\nHost: a\r\n b\r\n\r\n",
+        b"GET /json HTTP/1.1\nHost: x\n\n",
+        b"FOO /json HTTP/1.1\r\n\r\n",
+        b"GET /js\x00on HTTP/1.1\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage",
+    ],
+    ids=[
+        "cl+te",
+        "two-cl",
+        "te-xchunked",
+        "te-chunked-identity",
+        "te-space",
+        "bad-chunk-size",
+        "negative-cl",
+        "obs-fold",
+        "bare-lf",
+        "bad-method",
+        "nul-in-url",
+        "tls-hello",
+    ],
+)
+async def test_malformed_and_smuggling_requests_get_400_and_close(app, raw):
+    conn = Connection(app)
+    conn.feed(raw)
+    [response] = await conn.responses(1)
+    assert response.status == 400
+    assert response.header("connection") == "close"
+    assert b'"status":400' in response.body
+    assert conn.transport.closed
+
+
+async def test_malformed_request_after_a_good_one_is_answered_after_it(app):
+    conn = Connection(app)
+    conn.feed(b"GET /slow/10 HTTP/1.1\r\n\r\nGARBAGE\r\n\r\n")
+    responses = await conn.responses(2)
+    assert [r.status for r in responses] == [200, 400]
+    assert conn.transport.closed
+
+
+async def test_long_request_target_gets_414_and_close(app):
+    conn = Connection(app, Limits(max_request_line=100))
+    conn.feed(b"GET /" + b"a" * 200 + b" HTTP/1.1\r\n\r\n")
+    [response] = await conn.responses(1)
+    assert response.status == 414
+    assert conn.transport.closed
+
+
+async def test_too_many_headers_gets_431_and_close(app):
+    conn = Connection(app, Limits(max_headers=10))
+    conn.feed(b"GET /json HTTP/1.1\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(11)) + b"\r\n")
+    [response] = await conn.responses(1)
+    assert response.status == 431
+    assert conn.transport.closed
+
+
+async def test_headers_too_large_in_one_read_gets_431(app):
+    conn = Connection(app, Limits(max_header_size=1024))
+    conn.feed(b"GET /json HTTP/1.1\r\nX-Big: " + b"v" * 2000 + b"\r\n\r\n")
+    [response] = await conn.responses(1)
+    assert response.status == 431
+
+
+async def test_a_header_trickled_past_the_limit_gets_431_before_it_ends(app):
+    conn = Connection(app, Limits(max_header_size=1024))
+    conn.feed(b"GET /json HTTP/1.1\r\nX-Big: ")
+    for _ in range(40):
+        conn.feed(b"v" * 100)
+    [response] = await conn.responses(1)
+    assert response.status == 431
+    assert conn.transport.closed
+
+
+async def test_content_length_over_limit_gets_413_before_the_body(app):
+    conn = Connection(app, Limits(max_body_size=100))
+    conn.feed(b"POST /echo HTTP/1.1\r\nContent-Length: 101\r\n\r\n")
+    [response] = await conn.responses(1)
+    assert response.status == 413
+    assert conn.transport.closed
+
+
+async def test_chunked_body_growing_over_limit_gets_413(app):
+    conn = Connection(app, Limits(max_body_size=100))
+    conn.feed(b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+    for _ in range(5):
+        conn.feed(b"32\r\n" + b"x" * 50 + b"\r\n")
+    [response] = await conn.responses(1)
+    assert response.status == 413
+    assert conn.transport.closed
+
+
+async def test_chunked_body_is_decoded(app):
+    conn = Connection(app)
+    conn.feed(b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+    [response] = await conn.responses(1)
+    assert response.body == b'{"length":11}'
+    assert not conn.transport.closed
+
+
+async def test_expect_continue_is_sent_when_the_handler_reads_the_body(app):
+    conn = Connection(app)
+    conn.feed(b"POST /echo HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+    await asyncio.sleep(0.01)
+    assert conn.transport.data == b"HTTP/1.1 100 Continue\r\n\r\n"
+    conn.feed(b"hello")
+    responses = await conn.responses(1)
+    assert [r.status for r in responses] == [100, 200]
+    assert not conn.transport.closed
+
+
+async def test_expect_continue_not_sent_when_the_handler_ignores_the_body_then_close(app):
+    conn = Connection(app)
+    conn.feed(b"POST /ignore HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+    responses = await conn.responses(1)
+    assert [r.status for r in responses] == [200]
+    assert responses[0].header("connection") == "close"
+    assert conn.transport.closed
+
+
+async def test_unread_body_is_discarded_and_the_next_request_is_served(app):
+    conn = Connection(app)
+    conn.feed(b"POST /ignore HTTP/1.1\r\nContent-Length: 10\r\n\r\n01234")
+    await asyncio.sleep(0.01)
+    conn.feed(b"56789" + GET_JSON)
+    responses = await conn.responses(2)
+    assert [r.body for r in responses] == [b'{"ignored":true}', b'{"message":"Hello, World!"}']
+
+
+async def test_http10_closes_by_default_and_keeps_alive_when_asked(app):
+    conn = Connection(app)
+    conn.feed(b"GET /json HTTP/1.0\r\n\r\n")
+    [response] = await conn.responses(1)
+    assert response.header("connection") == "close"
+    assert conn.transport.closed
+
+    conn = Connection(app)
+    conn.feed(b"GET /json HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+    [response] = await conn.responses(1)
+    assert response.header("connection") == "keep-alive"
+    assert not conn.transport.closed
+
+
+async def test_connection_close_is_honoured(app):
+    conn = Connection(app)
+    conn.feed(b"GET /json HTTP/1.1\r\nConnection: close\r\n\r\n")
+    [response] = await conn.responses(1)
+    assert response.header("connection") == "close"
+    assert conn.transport.closed
+
+
+async def test_head_gets_the_get_length_without_a_body(app):
+    conn = Connection(app)
+    conn.feed(b"HEAD /json HTTP/1.1\r\n\r\n" + GET_JSON)
+    data = b""
+    for _ in range(100):
+        data = conn.transport.data
+        if data.count(b"HTTP/1.1 200") == 2:
+            break
+        await asyncio.sleep(0.005)
+    first, second = data.split(b"HTTP/1.1 200 OK")[1:]
+    assert b"Content-Length: 27\r\n" in first and first.endswith(b"\r\n\r\n")
+    assert second.endswith(b'{"message":"Hello, World!"}')
+
+
+async def test_body_beyond_the_buffer_pauses_reading_until_the_handler_reads(app):
+    release = asyncio.Event()
+    received = []
+
+    async def slow_reader(request: Request) -> dict[str, int]:
+        await release.wait()
+        async for chunk in request.stream():
+            received.append(len(chunk))
+        return {"received": sum(received)}
+
+    app2 = App()
+    app2.add_route("POST", "/upload", slow_reader)
+    await app2.startup()
+    conn = Connection(app2, Limits(body_buffer=1000, max_body_size=100_000))
+    conn.feed(b"POST /upload HTTP/1.1\r\nContent-Length: 5000\r\n\r\n")
+    for _ in range(5):
+        conn.feed(b"x" * 500)
+    assert conn.transport.paused
+    release.set()
+    await asyncio.sleep(0.01)
+    assert not conn.transport.paused
+    for _ in range(5):
+        conn.feed(b"x" * 500)
+    [response] = await conn.responses(1)
+    assert response.body == b'{"received":5000}'
+
+
+async def test_client_disconnect_while_handler_reads_body_does_not_crash_or_leak(app, caplog):
+    conn = Connection(app)
+    before = len(asyncio.all_tasks())
+    conn.feed(b"POST /echo HTTP/1.1\r\nContent-Length: 100\r\n\r\nabc")
+    await asyncio.sleep(0.01)
+    conn.protocol.connection_lost(None)
+    await asyncio.sleep(0.01)
+    assert len(asyncio.all_tasks()) == before
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    assert conn.protocol not in conn.state.connections
+
+
+async def test_client_disconnect_mid_stream_closes_the_generator(app):
+    finished = asyncio.Event()
+
+    async def produce():
+        try:
+            for _ in range(1000):
+                yield b"x" * 1000
+                await asyncio.sleep(0.001)
+        finally:
+            finished.set()
+
+    async def stream(request: Request) -> StreamResponse:
+        return StreamResponse(produce())
+
+    app2 = App()
+    app2.add_route("GET", "/stream", stream)
+    await app2.startup()
+    conn = Connection(app2)
+    conn.feed(b"GET /stream HTTP/1.1\r\n\r\n")
+    await asyncio.sleep(0.02)
+    conn.protocol.connection_lost(None)
+    await asyncio.wait_for(finished.wait(), 1)
+
+
+async def test_stream_waits_while_the_transport_is_paused(app):
+    produced = []
+
+    async def produce():
+        for i in range(10):
+            produced.append(i)
+            yield b"chunk"
+
+    async def stream(request: Request) -> StreamResponse:
+        return StreamResponse(produce())
+
+    app2 = App()
+    app2.add_route("GET", "/stream", stream)
+    await app2.startup()
+    conn = Connection(app2)
+    conn.protocol.pause_writing()
+    conn.feed(b"GET /stream HTTP/1.1\r\n\r\n")
+    await asyncio.sleep(0.02)
+    assert len(produced) == 1  # wrote one chunk, then waits for the socket to drain
+    conn.protocol.resume_writing()
+    [response] = await conn.responses(1)
+    assert response.body == b"chunk" * 10
+    assert response.header("transfer-encoding") == "chunked"
+
+
+async def test_head_timeout_answers_408_to_a_partial_head_and_closes(app):
+    conn = Connection(app, Limits(head_timeout=5))
+    conn.feed(b"GET /json HTTP/1.1\r\nHost: x")
+    conn.protocol.check_deadline(1004.0)
+    assert not conn.transport.closed
+    conn.protocol.check_deadline(1006.0)
+    [response] = await conn.responses(1)
+    assert response.status == 408
+    assert conn.transport.closed
+
+
+async def test_silent_connection_is_closed_after_the_head_timeout(app):
+    conn = Connection(app, Limits(head_timeout=5))
+    conn.protocol.check_deadline(1006.0)
+    assert conn.transport.closed
+    assert conn.transport.data == b""
+
+
+async def test_idle_keepalive_connection_closes_after_keepalive_timeout(app):
+    conn = Connection(app, Limits(keepalive_timeout=90, head_timeout=5))
+    conn.feed(GET_JSON)
+    await conn.responses(1)
+    conn.protocol.check_deadline(1080.0)
+    assert not conn.transport.closed  # idle, not a head in progress: the longer timeout applies
+    conn.protocol.check_deadline(1091.0)
+    assert conn.transport.closed
+
+
+async def test_busy_connection_is_not_timed_out(app):
+    conn = Connection(app, Limits(head_timeout=5, keepalive_timeout=5))
+    conn.feed(b"GET /gate HTTP/1.1\r\n\r\n")
+    await asyncio.sleep(0.01)
+    conn.protocol.check_deadline(2000.0)
+    assert not conn.transport.closed
+    app.state.gate.set()
+    await conn.responses(1)
+
+
+async def test_stalled_body_gets_408(app):
+    conn = Connection(app, Limits(body_timeout=10))
+    conn.feed(b"POST /echo HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc")
+    await asyncio.sleep(0.01)
+    conn.protocol.check_deadline(1011.0)
+    [response] = await conn.responses(1)
+    assert response.status == 408
+    assert conn.transport.closed
+
+
+async def test_connections_over_the_limit_get_503(app):
+    state = ServerState()
+    limits = Limits(max_connections=1)
+    first = HttpProtocol(app, state, limits, asyncio.get_running_loop())
+    first.connection_made(StubTransport())  # type: ignore[arg-type]
+    transport = StubTransport()
+    second = HttpProtocol(app, state, limits, asyncio.get_running_loop())
+    second.connection_made(transport)  # type: ignore[arg-type]
+    [response], _ = parse_responses(transport.data)
+    assert response.status == 503
+    assert response.header("retry-after") == "1"
+    assert transport.closed
