@@ -340,6 +340,8 @@ class HttpProtocol(asyncio.Protocol):
         )
         if not keep_alive:
             request.keep_alive = False
+        elif http_version == "1.1" and not self._expect_continue and method != b"HEAD":
+            request._plain = True  # may take the fast path in _respond
         if self._expect_continue and http_version == "1.1":
             request._expect_continue = True
         self._queue.append(request)
@@ -456,28 +458,22 @@ class HttpProtocol(asyncio.Protocol):
 
     def _respond(self, request: Request, result: Any) -> Coroutine[Any, Any, None] | None:
         """Write the response; a StreamResponse gives back the coroutine that streams it."""
-        if request._expect_continue and not request._body_done:
-            request.keep_alive = False  # the client waits for 100 Continue; its body may never come
         result_type = type(result)
-        if (
-            (result_type is dict or result_type is list)
-            and request.keep_alive
-            and request.http_version == "1.1"
-            and request.method != "HEAD"
-            and not self._close_after_queue
-            and not self._closed
-        ):
-            # The common case, a dict answered on a kept-alive connection: one
-            # pre-built head prefix, no Response object.
+        if request._plain and (result_type is dict or result_type is list) and not self._close_after_queue:
+            # The common case, a dict answered on a kept-alive HTTP/1.1 connection:
+            # one pre-built head prefix, no Response object.
             try:
                 body = self._codec.dumps(result)
             except Exception:
                 pass  # the general path below logs it and answers 500
             else:
                 assert self.transport is not None
-                self.transport.write(b"%sContent-Length: %d\r\n\r\n%s" % (self._state.json_prefix, len(body), body))
+                if not self._closed:
+                    self.transport.write(b"%sContent-Length: %d\r\n\r\n%s" % (self._state.json_prefix, len(body), body))
                 self._finish(request)
                 return None
+        if request._expect_continue and not request._body_done:
+            request.keep_alive = False  # the client waits for 100 Continue; its body may never come
         try:
             response = to_response(result)
             if isinstance(response, StreamResponse):

@@ -45,6 +45,7 @@ class Request:
     _expect_continue = False
     _head_error: HTTPError | None = None
     _discard = False
+    _plain = False
 
     def __init__(
         self,
