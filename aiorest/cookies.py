@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from email.utils import format_datetime
-from http.cookies import _unquote  # type: ignore[attr-defined]
+from http.cookies import _unquote
 from typing import Literal
 
 __all__ = ["parse_cookie", "format_set_cookie"]

@@ -46,6 +46,6 @@ class Limits:
     max_connections: int = 16384
 
     def __post_init__(self) -> None:
-        for name in self.__slots__:  # type: ignore[attr-defined]
+        for name in self.__slots__:
             if getattr(self, name) <= 0:
                 raise ValueError(f"Limits.{name} must be positive, got {getattr(self, name)!r}")

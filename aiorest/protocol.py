@@ -463,13 +463,15 @@ class HttpProtocol(asyncio.Protocol):
             # The common case, a dict answered on a kept-alive HTTP/1.1 connection:
             # one pre-built head prefix, no Response object.
             try:
-                body = self._codec.dumps(result)
+                payload = self._codec.dumps(result)
             except Exception:
                 pass  # the general path below logs it and answers 500
             else:
                 assert self.transport is not None
                 if not self._closed:
-                    self.transport.write(b"%sContent-Length: %d\r\n\r\n%s" % (self._state.json_prefix, len(body), body))
+                    self.transport.write(
+                        b"%sContent-Length: %d\r\n\r\n%s" % (self._state.json_prefix, len(payload), payload)
+                    )
                 self._finish(request)
                 return None
         if request._expect_continue and not request._body_done:
@@ -479,7 +481,7 @@ class HttpProtocol(asyncio.Protocol):
             if isinstance(response, StreamResponse):
                 if not self._closed:
                     return self._stream(request, response)
-                body = b""
+                body: bytes | bytearray | memoryview = b""
             else:
                 body = response.render(self._codec)
         except Exception as exc:

@@ -23,7 +23,7 @@ from .app import App
 try:
     import pytest_asyncio
 except ImportError:  # pragma: no cover - the plugin must never break a pytest run
-    pytest_asyncio = None
+    pytest_asyncio = None  # type: ignore[assignment]
 
 ClientFactory = Callable[..., Awaitable[Any]]
 
