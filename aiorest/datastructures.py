@@ -173,6 +173,13 @@ class State:
     def __init__(self, **values: Any) -> None:
         self.__dict__.update(values)
 
+    def __getattr__(self, name: str) -> Any:
+        # Only called for names not set; typed Any so that ``state.db`` type-checks.
+        raise AttributeError(f"state has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__dict__[name] = value
+
     def __getitem__(self, key: str) -> Any:
         return self.__dict__[key]
 
