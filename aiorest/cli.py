@@ -42,7 +42,40 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--port", type=int, default=8080, help="port to bind (default 8080)")
     run.add_argument("--unix", help="serve on this unix socket path instead of TCP")
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    migrate = commands.add_parser("migrate", help="apply numbered SQL migrations: aiorest migrate --dir migrations")
+    migrate.add_argument("action", nargs="?", choices=["up", "status"], default="up", help="up (default) or status")
+    migrate.add_argument("--dir", default="migrations", help="folder of NNNN_name.sql files (default migrations)")
+    migrate.add_argument("--dsn", help="PostgreSQL URL (default $DATABASE_URL)")
     return parser
+
+
+def _migrate(action: str, directory: str, dsn: str | None) -> int:
+    import asyncio
+
+    from .db import Database
+    from .migrations import MigrationError, migrate, migration_status
+
+    async def go() -> int:
+        db = Database(dsn, min_size=1, max_size=1)
+        await db.open()
+        try:
+            if action == "status":
+                for migration, state in await migration_status(db, directory):
+                    print(f"{migration.version:04d} {migration.name:40s} {state}")
+            else:
+                applied = await migrate(db, directory)
+                for migration in applied:
+                    print(f"applied {migration.version:04d} {migration.name}")
+                print(f"{len(applied)} migration(s) applied")
+        finally:
+            await db.close()
+        return 0
+
+    try:
+        return asyncio.run(go())
+    except (MigrationError, RuntimeError) as exc:
+        print(f"aiorest migrate: {exc}", file=sys.stderr)
+        return 1
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -50,3 +83,5 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "run":
         app = load_app(args.app)
         app.run(host=args.host, port=args.port, unix=args.unix, log_level=args.log_level)
+    elif args.command == "migrate":
+        raise SystemExit(_migrate(args.action, args.dir, args.dsn))

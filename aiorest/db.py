@@ -145,9 +145,9 @@ class _Connection:
     def reusable(self) -> bool:
         return not self.broken and not self.conn.closed and self.conn.raw.get_transaction_status() == _IDLE
 
-    async def execute(self, sql: str, params: Params = None) -> Any:
+    async def execute(self, sql: str, params: Params = None, *, prepare: bool = True) -> Any:
         """Run one statement; returns psycopg2's cursor, positioned on the results."""
-        if self._db.prepare and not isinstance(params, dict):
+        if prepare and self._db.prepare and not isinstance(params, dict):
             name = self._prepared.get(sql)
             if name is None:
                 dollar = _to_dollar(sql)
@@ -228,30 +228,38 @@ class _Queries:
 
 
 class Transaction(_Queries):
-    """An open transaction on one connection; nested ``transaction()`` calls are savepoints."""
+    """One held connection: a transaction (depth 1, savepoints deeper), or autocommit (depth 0)."""
 
     def __init__(self, connection: _Connection, depth: int) -> None:
         self._connection = connection
         self._depth = depth
 
-    async def _execute(self, sql: str, params: Params) -> Any:
+    async def _execute(self, sql: str, params: Params, prepare: bool = True) -> Any:
         try:
-            return await self._connection.execute(sql, params)
+            return await self._connection.execute(sql, params, prepare=prepare)
         except psycopg2.Error as exc:
             raise _translate(exc) from exc
 
+    async def execute_script(self, sql: str) -> None:
+        """Run SQL text as is: several statements, never prepared, no parameters."""
+        await self._execute(sql, None, prepare=False)
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
-        """A savepoint: released on success, rolled back to on an exception."""
-        name = f"aiorest_sp_{self._depth}"
-        await self._execute(f"SAVEPOINT {name}", None)
+        """BEGIN on an autocommit connection, else a savepoint; rolled back on an exception."""
+        if self._depth == 0:
+            begin, commit, rollback = "BEGIN", "COMMIT", "ROLLBACK"
+        else:
+            name = f"aiorest_sp_{self._depth}"
+            begin, commit, rollback = f"SAVEPOINT {name}", f"RELEASE SAVEPOINT {name}", f"ROLLBACK TO SAVEPOINT {name}"
+        await self._execute(begin, None, prepare=False)
         try:
             yield Transaction(self._connection, self._depth + 1)
         except BaseException:
             if not self._connection.broken:
-                await self._execute(f"ROLLBACK TO SAVEPOINT {name}", None)
+                await self._execute(rollback, None, prepare=False)
             raise
-        await self._execute(f"RELEASE SAVEPOINT {name}", None)
+        await self._execute(commit, None, prepare=False)
 
 
 _current: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar("aiorest_db_tx", default=None)
@@ -481,19 +489,14 @@ class Database(_Queries):
                     _current.reset(token)
             return
         connection = await self._acquire()
-        transaction = Transaction(connection, 1)
-        token = _current.set(transaction)
         try:
-            await transaction._execute("BEGIN", None)
-            try:
-                yield transaction
-            except BaseException:
-                if not connection.broken:
-                    await transaction._execute("ROLLBACK", None)
-                raise
-            await transaction._execute("COMMIT", None)
+            async with Transaction(connection, 0).transaction() as transaction:
+                token = _current.set(transaction)
+                try:
+                    yield transaction
+                finally:
+                    _current.reset(token)
         finally:
-            _current.reset(token)
             self._release(connection)
 
 

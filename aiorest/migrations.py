@@ -1,0 +1,118 @@
+"""Numbered SQL migrations: ``migrations/0001_create_notes.sql``, applied in order, once.
+
+Each applied version is recorded with the SHA-256 of its file. Each migration
+runs in its own transaction. A PostgreSQL advisory lock serialises runners, so
+several workers starting at once apply each migration exactly once. A file
+changed after it was applied is an error, never silently skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .db import Database, Transaction
+
+__all__ = ["Migration", "MigrationError", "load_migrations", "migrate", "migration_status"]
+
+_FILE_RE = re.compile(r"^(\d+)_([\w\-]+)\.sql$")
+_LOCK_KEY = 0x6169_6F72_6573_74  # "aiorest": one advisory lock for every runner
+
+_CREATE_TABLE = """
+CREATE TABLE IF NOT EXISTS aiorest_migrations (
+    version integer PRIMARY KEY,
+    name text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+class MigrationError(Exception):
+    """The migrations folder and the database disagree."""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    path: Path
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def load_migrations(directory: str | Path) -> list[Migration]:
+    """The ``NNNN_name.sql`` files of ``directory``, by version."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise MigrationError(f"no migrations folder at {directory}")
+    migrations: dict[int, Migration] = {}
+    for path in sorted(directory.iterdir()):
+        if path.suffix != ".sql":
+            continue
+        match = _FILE_RE.match(path.name)
+        if match is None:
+            raise MigrationError(f"{path.name}: migration files are named NNNN_name.sql")
+        version = int(match.group(1))
+        if version in migrations:
+            raise MigrationError(f"{path.name}: version {version} is also {migrations[version].path.name}")
+        migrations[version] = Migration(version, match.group(2), path, path.read_text(encoding="utf-8"))
+    return [migrations[v] for v in sorted(migrations)]
+
+
+async def _applied(conn: Transaction) -> dict[int, str]:
+    await conn.execute_script(_CREATE_TABLE)
+    rows = await conn.fetchall("SELECT version, checksum FROM aiorest_migrations ORDER BY version")
+    return {row["version"]: row["checksum"] for row in rows}
+
+
+def _check_edited(migrations: list[Migration], applied: dict[int, str]) -> None:
+    for migration in migrations:
+        recorded = applied.get(migration.version)
+        if recorded is not None and recorded != migration.checksum:
+            raise MigrationError(
+                f"{migration.path.name} was changed after it was applied; "
+                "add a new migration instead of editing an applied one"
+            )
+
+
+async def migrate(db: Database, directory: str | Path) -> list[Migration]:
+    """Apply pending migrations; returns those applied by this call."""
+    migrations = load_migrations(directory)
+    async with db.connection() as conn:
+        await conn.fetchval("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
+        try:
+            applied = await _applied(conn)
+            _check_edited(migrations, applied)
+            done = []
+            for migration in migrations:
+                if migration.version in applied:
+                    continue
+                async with conn.transaction() as tx:
+                    await tx.execute_script(migration.sql)
+                    await tx.execute(
+                        "INSERT INTO aiorest_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                        (migration.version, migration.name, migration.checksum),
+                    )
+                done.append(migration)
+            return done
+        finally:
+            await conn.fetchval("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
+
+
+async def migration_status(db: Database, directory: str | Path) -> list[tuple[Migration, str]]:
+    """Each migration with ``"applied"``, ``"pending"`` or ``"edited"``."""
+    migrations = load_migrations(directory)
+    async with db.connection() as conn:
+        applied = await _applied(conn)
+    status = []
+    for migration in migrations:
+        recorded = applied.get(migration.version)
+        state = "pending" if recorded is None else "applied" if recorded == migration.checksum else "edited"
+        status.append((migration, state))
+    return status

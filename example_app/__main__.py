@@ -1,0 +1,82 @@
+"""``python -m example_app``: migrate and serve, with a private PostgreSQL if none is configured.
+
+With ``DATABASE_URL`` set, that database is used. Without it, an embedded
+PostgreSQL (pgserver) runs from a data folder under the temp directory (never in
+the repository), and is stopped on exit, SIGTERM and Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+
+def embedded_postgres_url() -> str:
+    """Start (or reuse) the private PostgreSQL and return its URL."""
+    try:
+        import pgserver
+    except ImportError:
+        raise SystemExit(
+            "DATABASE_URL is not set and pgserver is not installed: "
+            "pip install -e '.[example]', or set DATABASE_URL=postgresql://..."
+        ) from None
+    data = Path(tempfile.gettempdir()) / f"aiorest-pgdata-{os.getuid()}"
+    _prune_dead_pids(data / ".handle_pids.json")
+    server = pgserver.get_server(str(data), cleanup_mode="stop")
+    return str(server.get_uri())
+
+
+def _prune_dead_pids(path: Path) -> None:
+    # pgserver counts users of a data folder by pid; a process killed before its
+    # atexit ran leaves its pid behind and the server is never stopped.
+    if not path.exists():
+        return
+    try:
+        pids = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    alive = [pid for pid in pids if _alive(pid)]
+    if alive != pids:
+        path.write_text(json.dumps(alive))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m example_app", description=__doc__.splitlines()[0])
+    parser.add_argument("command", nargs="?", choices=["serve", "migrate", "status"], default="serve")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    args = parser.parse_args(argv)
+    # SIGTERM must end the process through normal exit, so that pgserver's atexit stops PostgreSQL.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    if not os.environ.get("DATABASE_URL"):
+        os.environ["DATABASE_URL"] = embedded_postgres_url()
+        print("using an embedded PostgreSQL (set DATABASE_URL to use your own)", flush=True)
+
+    from aiorest.cli import main as aiorest_main
+
+    from .app import MIGRATIONS
+
+    if args.command in ("migrate", "status"):
+        aiorest_main(["migrate", "up" if args.command == "migrate" else "status", "--dir", str(MIGRATIONS)])
+        return
+    print(f"serving on http://{args.host}:{args.port}/  — try /notes, /db, /fortunes", flush=True)
+    aiorest_main(["run", "example_app:app", "--host", args.host, "--port", str(args.port)])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""The notes resource: list, create, read, replace, patch, delete, with optimistic concurrency.
+
+A note's ``version`` is its ETag. PUT, PATCH and DELETE take the version they
+were based on, in ``If-Match`` or as ``"version"`` in the body; a stale one
+gets 412 and the client re-reads. Without either, PUT and PATCH get 428.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiorest import (
+    HTTPError,
+    HTTPNotFound,
+    HTTPPreconditionFailed,
+    HTTPUnprocessableEntity,
+    JSONResponse,
+    Request,
+    Response,
+    Router,
+)
+from aiorest.db import Database
+
+router = Router()
+
+MAX_LIMIT = 100
+_FIELDS = {"title": str, "body": str, "done": bool}
+_COLUMNS = "id, title, body, done, version, created_at, updated_at"
+
+
+def _db(request: Request) -> Database:
+    db: Database = request.app.state.db
+    return db
+
+
+def _as_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **row,
+        "created_at": row["created_at"].isoformat(),
+        "updated_at": row["updated_at"].isoformat(),
+    }
+
+
+def _note_response(row: dict[str, Any], status: int = 200) -> JSONResponse:
+    return JSONResponse(_as_json(row), status=status, headers={"ETag": f'"{row["version"]}"'})
+
+
+def _validate(data: Any, *, partial: bool) -> dict[str, Any]:
+    """The note fields of a request body, or 422 with an error per field."""
+    if not isinstance(data, dict):
+        raise HTTPUnprocessableEntity("invalid note", details={"body": "must be a JSON object"})
+    errors: dict[str, str] = {}
+    fields: dict[str, Any] = {}
+    for name, kind in _FIELDS.items():
+        if name not in data:
+            if name == "title" and not partial:
+                errors[name] = "required"
+            continue
+        value = data[name]
+        if not isinstance(value, kind):
+            errors[name] = f"must be a {'string' if kind is str else 'boolean'}"
+        elif name == "title" and not 1 <= len(value.strip()) <= 200:
+            errors[name] = "must be 1 to 200 characters"
+        elif name == "body" and len(value) > 10000:
+            errors[name] = "must be at most 10000 characters"
+        else:
+            fields[name] = value.strip() if name == "title" else value
+    for name in data:
+        if name not in _FIELDS and name not in ("version", "id", "created_at", "updated_at"):
+            errors[name] = "unknown field"
+    if errors:
+        raise HTTPUnprocessableEntity("invalid note", details=errors)
+    return fields
+
+
+def _expected_version(request: Request, data: Any) -> int | None:
+    """The version a write is based on: ``If-Match`` first, else the body's ``version``."""
+    if_match = request.headers.get("if-match")
+    if if_match is not None:
+        try:
+            return int(if_match.strip().removeprefix("W/").strip('"'))
+        except ValueError:
+            raise HTTPPreconditionFailed("If-Match must be a note's ETag, e.g. '\"3\"'") from None
+    version = data.get("version") if isinstance(data, dict) else None
+    if version is None:
+        return None
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise HTTPUnprocessableEntity("invalid note", details={"version": "must be an integer"})
+    return version
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _int_param(request: Request, name: str, default: int | None) -> int | None:
+    text = request.query.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise HTTPUnprocessableEntity("invalid query", details={name: "must be an integer"}) from None
+    if value < (1 if name == "limit" else 0):
+        raise HTTPUnprocessableEntity("invalid query", details={name: "out of range"})
+    return value
+
+
+@router.get("/notes", name="notes")
+async def list_notes(request: Request) -> dict[str, Any]:
+    """Notes by id, ``limit`` (≤ 100) at a time after the ``after`` cursor; filters ``done`` and ``q``."""
+    limit = min(_int_param(request, "limit", 20) or 20, MAX_LIMIT)
+    after = _int_param(request, "after", 0) or 0
+    where, params = ["id > %s"], [after]
+    done = request.query.get("done")
+    if done is not None:
+        if done not in ("true", "false"):
+            raise HTTPUnprocessableEntity("invalid query", details={"done": "must be true or false"})
+        where.append("done = %s")
+        params.append(done == "true")
+    text = request.query.get("q")
+    if text:
+        where.append("title ILIKE %s")
+        params.append("%" + _escape_like(text) + "%")
+    rows = await _db(request).fetchall(
+        f"SELECT {_COLUMNS} FROM notes WHERE {' AND '.join(where)} ORDER BY id LIMIT %s", (*params, limit + 1)
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    next_url = None
+    if more:
+        query = f"after={rows[-1]['id']}&limit={limit}"
+        if done is not None:
+            query += f"&done={done}"
+        next_url = f"{request.url_for('notes')}?{query}"
+    return {"items": [_as_json(row) for row in rows], "next": next_url}
+
+
+@router.post("/notes")
+async def create_note(request: Request) -> JSONResponse:
+    fields = _validate(await request.json(), partial=False)
+    row = await _db(request).fetchone(
+        f"INSERT INTO notes (title, body, done) VALUES (%s, %s, %s) RETURNING {_COLUMNS}",
+        (fields["title"], fields.get("body", ""), fields.get("done", False)),
+    )
+    assert row is not None
+    response = _note_response(row, status=201)
+    response.headers["Location"] = request.url_for("note", note_id=row["id"])
+    return response
+
+
+@router.get("/notes/{note_id:int}", name="note")
+async def get_note(request: Request) -> JSONResponse:
+    row = await _db(request).fetchone(f"SELECT {_COLUMNS} FROM notes WHERE id = %s", (request.path_params["note_id"],))
+    if row is None:
+        raise HTTPNotFound("no such note")
+    return _note_response(row)
+
+
+async def _update(request: Request, *, partial: bool) -> JSONResponse:
+    data = await request.json()
+    fields = _validate(data, partial=partial)
+    expected = _expected_version(request, data)
+    if expected is None:
+        raise HTTPError("send If-Match with the note's ETag, or its version in the body", status=428)
+    if not fields:
+        raise HTTPUnprocessableEntity("invalid note", details={"body": "no field to change"})
+    note_id = request.path_params["note_id"]
+    assignments = ", ".join(f"{name} = %s" for name in fields)
+    row = await _db(request).fetchone(
+        f"UPDATE notes SET {assignments}, version = version + 1, updated_at = now() "
+        f"WHERE id = %s AND version = %s RETURNING {_COLUMNS}",
+        (*fields.values(), note_id, expected),
+    )
+    if row is None:
+        await _raise_missing_or_stale(request, note_id)
+    assert row is not None
+    return _note_response(row)
+
+
+async def _raise_missing_or_stale(request: Request, note_id: int) -> None:
+    current = await _db(request).fetchval("SELECT version FROM notes WHERE id = %s", (note_id,))
+    if current is None:
+        raise HTTPNotFound("no such note")
+    raise HTTPPreconditionFailed("the note changed since you read it", details={"version": current})
+
+
+@router.put("/notes/{note_id:int}")
+async def replace_note(request: Request) -> JSONResponse:
+    return await _update(request, partial=False)
+
+
+@router.patch("/notes/{note_id:int}")
+async def patch_note(request: Request) -> JSONResponse:
+    return await _update(request, partial=True)
+
+
+@router.delete("/notes/{note_id:int}")
+async def delete_note(request: Request) -> Response:
+    note_id = request.path_params["note_id"]
+    expected = _expected_version(request, None)
+    if expected is None:
+        deleted = await _db(request).execute("DELETE FROM notes WHERE id = %s", (note_id,))
+    else:
+        deleted = await _db(request).execute("DELETE FROM notes WHERE id = %s AND version = %s", (note_id, expected))
+    if not deleted:
+        await _raise_missing_or_stale(request, note_id)
+    return Response(status=204)

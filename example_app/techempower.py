@@ -1,0 +1,99 @@
+"""The six TechEmpower Framework Benchmarks endpoints (see shared/TFB.md)."""
+
+from __future__ import annotations
+
+import random
+from html import escape
+
+from aiorest import Request, Response, Router
+from aiorest.db import Database
+
+router = Router()
+
+_FORTUNES_HEAD = (
+    "<!DOCTYPE html><html><head><title>Fortunes</title></head><body><table><tr><th>id</th><th>message</th></tr>"
+)
+_FORTUNES_TAIL = "</table></body></html>"
+_HTML = "text/html; charset=utf-8"
+
+
+def _db(request: Request) -> Database:
+    db: Database = request.app.state.db
+    return db
+
+
+def _count(request: Request) -> int:
+    """``queries``: missing, empty, 0 or not a number → 1; above 500 → 500."""
+    try:
+        count = int(request.query.get("queries", "1"))
+    except ValueError:
+        return 1
+    return min(max(count, 1), 500)
+
+
+def _random_id() -> int:
+    return random.randint(1, 10000)
+
+
+@router.get("/json")
+async def json_test(request: Request) -> dict[str, str]:
+    return {"message": "Hello, World!"}
+
+
+@router.get("/plaintext")
+async def plaintext(request: Request) -> Response:
+    return Response(b"Hello, World!", media_type="text/plain")
+
+
+_SELECT_WORLD = "SELECT id, randomnumber FROM world WHERE id = %s"
+
+
+@router.get("/db")
+async def single_query(request: Request) -> dict[str, int]:
+    row = await _db(request).fetchone(_SELECT_WORLD, (_random_id(),))
+    assert row is not None
+    return {"id": row["id"], "randomNumber": row["randomnumber"]}
+
+
+@router.get("/queries")
+async def multiple_queries(request: Request) -> list[dict[str, int]]:
+    db = _db(request)
+    worlds = []
+    async with db.connection() as conn:
+        for _ in range(_count(request)):
+            row = await conn.fetchone(_SELECT_WORLD, (_random_id(),))
+            assert row is not None
+            worlds.append({"id": row["id"], "randomNumber": row["randomnumber"]})
+    return worlds
+
+
+@router.get("/fortunes")
+async def fortunes(request: Request) -> Response:
+    rows = await _db(request).fetchall("SELECT id, message FROM fortune")
+    rows.append({"id": 0, "message": "Additional fortune added at request time."})
+    rows.sort(key=lambda row: row["message"])
+    cells = "".join(f"<tr><td>{row['id']}</td><td>{escape(row['message'])}</td></tr>" for row in rows)
+    return Response(_FORTUNES_HEAD + cells + _FORTUNES_TAIL, media_type=_HTML)
+
+
+@router.get("/updates")
+async def updates(request: Request) -> list[dict[str, int]]:
+    db = _db(request)
+    count = _count(request)
+    async with db.connection() as conn:
+        worlds = []
+        new_numbers: dict[int, int] = {}  # a repeated id gets one new number
+        for _ in range(count):
+            row = await conn.fetchone(_SELECT_WORLD, (_random_id(),))
+            assert row is not None
+            number = new_numbers.setdefault(row["id"], _random_id())
+            worlds.append({"id": row["id"], "randomNumber": number})
+        # One bulk UPDATE per request, rows in id order so concurrent requests don't deadlock.
+        ordered = sorted(new_numbers.items())
+        values = ", ".join(["(%s::int, %s::int)"] * len(ordered))
+        params = [value for pair in ordered for value in pair]
+        await conn.execute(
+            f"UPDATE world SET randomnumber = v.r FROM (VALUES {values}) AS v(id, r) WHERE world.id = v.id",
+            params,
+        )
+    return worlds
