@@ -1,0 +1,226 @@
+"""aiorest.db against a real PostgreSQL: helpers, transactions, errors as HTTP answers, the pool."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg2
+import pytest
+
+from aiorest import App, Request
+from aiorest.db import (
+    ConstraintViolation,
+    Database,
+    DatabaseUnavailable,
+    PoolTimeout,
+    StatementTimeout,
+    UniqueViolation,
+)
+
+
+@pytest.fixture
+async def db(database_url):
+    database = Database(database_url, min_size=1, max_size=4, acquire_timeout=0.5, statement_timeout=1)
+    await database.open()
+    await database.execute("CREATE TABLE items (id int PRIMARY KEY, qty int NOT NULL CHECK (qty >= 0))")
+    yield database
+    await database.close()
+
+
+async def test_row_helpers(db):
+    assert await db.execute("INSERT INTO items VALUES (%s, %s), (%s, %s)", (1, 5, 2, 7)) == 2
+    assert await db.fetchone("SELECT * FROM items WHERE id = %s", (1,)) == {"id": 1, "qty": 5}
+    assert await db.fetchone("SELECT * FROM items WHERE id = %s", (99,)) is None
+    assert await db.fetchall("SELECT id FROM items ORDER BY id") == [{"id": 1}, {"id": 2}]
+    assert await db.fetchval("SELECT sum(qty) FROM items") == 12
+    assert await db.fetchval("SELECT 'a%%' || %s", ("b",)) == "a%b"
+    assert await db.fetchval("SELECT %(x)s::int * 2", {"x": 21}) == 42  # named: not prepared
+
+
+async def test_statements_are_prepared_once_per_connection(db):
+    for _ in range(3):
+        await db.fetchval("SELECT count(*) FROM items WHERE qty > %s", (0,))
+    prepared = await db.fetchall("SELECT statement FROM pg_prepared_statements")
+    assert [row["statement"] for row in prepared].count(
+        "PREPARE aiorest_0 AS SELECT count(*) FROM items WHERE qty > $1"
+    ) <= 1
+    assert any("qty > $1" in row["statement"] for row in prepared) or db.size > 1
+
+
+async def test_prepare_setting_off_for_poolers(database_url):
+    db = Database(database_url, min_size=1, max_size=1, prepare=False)
+    await db.open()
+    try:
+        await db.fetchval("SELECT %s::int", (1,))
+        assert await db.fetchval("SELECT count(*) FROM pg_prepared_statements") == 0
+    finally:
+        await db.close()
+
+
+async def test_transaction_commits_and_rolls_back_with_savepoints(db):
+    async with db.transaction() as tx:
+        await tx.execute("INSERT INTO items VALUES (1, 1)")
+        with pytest.raises(RuntimeError):
+            async with db.transaction():
+                await db.execute("INSERT INTO items VALUES (2, 2)")  # uses the transaction's connection
+                raise RuntimeError("undo the savepoint only")
+        async with tx.transaction() as nested:
+            await nested.execute("INSERT INTO items VALUES (3, 3)")
+    assert await db.fetchall("SELECT id FROM items ORDER BY id") == [{"id": 1}, {"id": 3}]
+    with pytest.raises(RuntimeError):
+        async with db.transaction():
+            await db.execute("INSERT INTO items VALUES (4, 4)")
+            raise RuntimeError("undo all")
+    assert await db.fetchval("SELECT count(*) FROM items") == 2
+    assert db.idle == db.size  # every connection came back, idle
+
+
+async def test_errors_map_to_http_statuses(db):
+    await db.execute("INSERT INTO items VALUES (1, 1)")
+    with pytest.raises(UniqueViolation) as unique:
+        await db.execute("INSERT INTO items VALUES (1, 1)")
+    assert unique.value.status == 409 and unique.value.details == {"constraint": "items_pkey"}
+    with pytest.raises(ConstraintViolation) as check:
+        await db.execute("INSERT INTO items VALUES (2, -1)")
+    assert check.value.status == 422
+    with pytest.raises(ConstraintViolation):
+        await db.execute("INSERT INTO items (id) VALUES (3)")  # not null
+    with pytest.raises(StatementTimeout) as timeout:
+        await db.fetchval("SELECT pg_sleep(3)")
+    assert timeout.value.status == 503
+    with pytest.raises(psycopg2.errors.UndefinedTable):  # a bug in the SQL stays a 500
+        await db.fetchval("SELECT * FROM missing")
+    assert await db.fetchval("SELECT 1") == 1  # the connection survived all of it
+
+
+async def test_pool_exhausted_past_acquire_timeout_is_503_with_retry_after(db):
+    async def hold() -> None:
+        async with db.connection() as conn:
+            await conn.fetchval("SELECT pg_sleep(0.8)")
+
+    holders = [asyncio.create_task(hold()) for _ in range(db.max_size)]
+    await asyncio.sleep(0.1)
+    with pytest.raises(PoolTimeout) as exhausted:
+        await db.fetchval("SELECT 1")
+    assert exhausted.value.status == 503 and exhausted.value.headers["Retry-After"] == "1"
+    await asyncio.gather(*holders)
+    assert db.size <= db.max_size
+
+
+async def test_waiters_are_served_first_come_first_served(database_url):
+    db = Database(database_url, min_size=1, max_size=1, acquire_timeout=5)
+    await db.open()
+    order: list[int] = []
+
+    async def query(i: int) -> None:
+        async with db.connection() as conn:
+            order.append(i)
+            await conn.fetchval("SELECT pg_sleep(0.01)")
+
+    try:
+        tasks = []
+        for i in range(10):
+            tasks.append(asyncio.create_task(query(i)))
+            await asyncio.sleep(0.001)  # arrive in order
+        await asyncio.gather(*tasks)
+        assert order == list(range(10))
+    finally:
+        await db.close()
+
+
+async def test_cancelled_query_does_not_leak_its_connection(db):
+    for _ in range(db.max_size + 2):
+        task = asyncio.create_task(db.fetchval("SELECT pg_sleep(0.5)"))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert await db.fetchval("SELECT 1") == 1
+    assert db.size <= db.max_size
+
+
+async def test_cancelled_waiter_does_not_leak_a_connection(database_url):
+    db = Database(database_url, min_size=1, max_size=1, acquire_timeout=5)
+    await db.open()
+    try:
+        holder = asyncio.create_task(db.fetchval("SELECT pg_sleep(0.2)"))
+        await asyncio.sleep(0.05)
+        waiters = [asyncio.create_task(db.fetchval("SELECT 1")) for _ in range(5)]
+        await asyncio.sleep(0.01)
+        for waiter in waiters[:4]:
+            waiter.cancel()
+        await holder
+        assert await waiters[4] == 1
+        assert db.size == 1 and db.idle == 1
+    finally:
+        await db.close()
+
+
+async def test_killed_backends_give_503_then_recover(database_url):
+    app = App()
+    db = Database(database_url, min_size=4, max_size=4, application_name="aiorest-kill-test")
+    db.setup(app)
+
+    @app.get("/one")
+    async def one(request: Request) -> dict[str, int]:
+        return {"one": await db.fetchval("SELECT 1")}
+
+    @app.post("/slow-write")
+    async def slow_write(request: Request) -> dict[str, int]:
+        return {"rows": await db.execute("DO $$ BEGIN PERFORM pg_sleep(2); END $$")}
+
+    from aiorest.testing import TestClient
+
+    def kill_backends() -> int:
+        admin = psycopg2.connect(database_url)
+        admin.autocommit = True
+        try:
+            with admin.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                    ("aiorest-kill-test",),
+                )
+                return len(cursor.fetchall())
+        finally:
+            admin.close()
+
+    async with TestClient(app) as client:
+
+        async def in_flight() -> tuple[int, dict]:
+            async with client.post("/slow-write") as response:
+                return response.status, await response.json()
+
+        request = asyncio.create_task(in_flight())
+        await asyncio.sleep(0.3)
+        assert await asyncio.to_thread(kill_backends) >= 1
+        status, body = await request
+        assert status == 503 and body["error"]["status"] == 503  # in flight at the kill: 503, no traceback
+        for _ in range(10):  # later requests succeed with no manual step
+            async with client.get("/one") as response:
+                assert response.status == 200
+                assert await response.json() == {"one": 1}
+        # killed again, with reads arriving right after: a read is retried once on a fresh connection
+        await asyncio.to_thread(kill_backends)
+        statuses = []
+        for _ in range(8):
+            async with client.get("/one") as response:
+                statuses.append(response.status)
+        assert statuses == [200] * 8
+
+
+async def test_unreachable_database_is_503():
+    db = Database("postgresql://postgres@127.0.0.1:1/postgres?connect_timeout=1", min_size=0, max_size=2)
+    await db.open()
+    try:
+        with pytest.raises(DatabaseUnavailable) as unavailable:
+            await db.fetchval("SELECT 1")
+        assert unavailable.value.status == 503
+        assert db.size == 0
+    finally:
+        await db.close()
+
+
+async def test_open_without_a_dsn_says_what_to_do(monkeypatch):
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    with pytest.raises(RuntimeError, match="DATABASE_URL"):
+        await Database().open()

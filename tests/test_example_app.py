@@ -1,0 +1,151 @@
+"""The example app over HTTP against real PostgreSQL: the notes resource."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from aiorest.db import Database
+from example_app import create_app
+
+
+@pytest.fixture
+async def client(aiorest_client, shared_database_url):
+    app = create_app(Database(shared_database_url, min_size=2, max_size=16))
+    return await aiorest_client(app)
+
+
+def unique(prefix: str = "note") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+async def create(client, **fields) -> dict:
+    async with client.post("/notes", json={"title": unique(), **fields}) as response:
+        assert response.status == 201, await response.text()
+        return await response.json()
+
+
+async def test_create_read_and_location(client):
+    async with client.post("/notes", json={"title": " Buy milk ", "body": "2 litres"}) as response:
+        assert response.status == 201
+        note = await response.json()
+        assert response.headers["Location"] == f"/notes/{note['id']}"
+        assert response.headers["ETag"] == '"1"'
+    assert note["title"] == "Buy milk" and note["body"] == "2 litres" and note["done"] is False
+    assert note["version"] == 1 and note["created_at"] == note["updated_at"]
+    async with client.get(f"/notes/{note['id']}") as response:
+        assert response.status == 200 and await response.json() == note
+
+
+@pytest.mark.parametrize(
+    ("body", "errors"),
+    [
+        ({}, {"title": "required"}),
+        ({"title": ""}, {"title": "must be 1 to 200 characters"}),
+        ({"title": "x" * 201}, {"title": "must be 1 to 200 characters"}),
+        ({"title": 5, "done": "yes"}, {"title": "must be a string", "done": "must be a boolean"}),
+        ({"title": "ok", "body": "b" * 10001}, {"body": "must be at most 10000 characters"}),
+        ({"title": "ok", "colour": "red"}, {"colour": "unknown field"}),
+        ([1, 2], {"body": "must be a JSON object"}),
+    ],
+)
+async def test_create_validation_is_422_with_an_error_per_field(client, body, errors):
+    async with client.post("/notes", json=body) as response:
+        assert response.status == 422
+        assert (await response.json())["error"]["details"] == errors
+
+
+async def test_create_bad_json_and_wrong_type(client):
+    async with client.post("/notes", data=b"{oops", headers={"Content-Type": "application/json"}) as response:
+        assert response.status == 400
+    async with client.post("/notes", data=b"title=x", headers={"Content-Type": "text/plain"}) as response:
+        assert response.status == 415
+
+
+async def test_missing_note_is_404(client):
+    async with client.get("/notes/999999999") as response:
+        assert response.status == 404
+    async with client.delete("/notes/999999999") as response:
+        assert response.status == 404
+    async with client.patch("/notes/999999999", json={"done": True}, headers={"If-Match": '"1"'}) as response:
+        assert response.status == 404
+
+
+async def test_update_with_if_match_and_stale_write_is_412(client):
+    note = await create(client)
+    url = f"/notes/{note['id']}"
+    async with client.put(url, json={"title": "renamed", "done": True}, headers={"If-Match": '"1"'}) as response:
+        assert response.status == 200
+        updated = await response.json()
+        assert response.headers["ETag"] == '"2"'
+    assert updated["title"] == "renamed" and updated["done"] is True and updated["version"] == 2
+    assert updated["updated_at"] > updated["created_at"]
+    async with client.patch(url, json={"body": "late"}, headers={"If-Match": '"1"'}) as response:
+        assert response.status == 412
+        assert (await response.json())["error"]["details"] == {"version": 2}
+    async with client.patch(url, json={"body": "now", "version": 2}) as response:
+        assert response.status == 200
+        assert (await response.json())["body"] == "now"
+    async with client.patch(url, json={"body": "no precondition"}) as response:
+        assert response.status == 428
+    async with client.put(url, json={"body": "no title"}, headers={"If-Match": '"3"'}) as response:
+        assert response.status == 422
+
+
+async def test_delete_is_204_then_404(client):
+    note = await create(client)
+    async with client.delete(f"/notes/{note['id']}", headers={"If-Match": '"7"'}) as response:
+        assert response.status == 412
+    async with client.delete(f"/notes/{note['id']}") as response:
+        assert response.status == 204 and await response.read() == b""
+    async with client.delete(f"/notes/{note['id']}") as response:
+        assert response.status == 404
+
+
+async def test_list_paginates_with_a_stable_cursor_and_filters(client):
+    tag = unique("page")
+    created = [await create(client, title=f"{tag} {i}", done=i % 2 == 0) for i in range(7)]
+    seen, url = [], f"/notes?q={tag}&limit=3"
+    while url:
+        async with client.get(url) as response:
+            page = await response.json()
+        assert len(page["items"]) <= 3
+        seen += [item["id"] for item in page["items"]]
+        url = page["next"] and page["next"] + f"&q={tag}"
+    assert seen == [note["id"] for note in created]
+    async with client.get(f"/notes?q={tag}&done=true&limit=100") as response:
+        assert [item["id"] for item in (await response.json())["items"]] == [n["id"] for n in created[::2]]
+    async with client.get("/notes?limit=100000") as response:
+        assert len((await response.json())["items"]) <= 100  # the limit is capped
+    for bad in ("limit=0", "limit=abc", "after=-1", "done=maybe"):
+        async with client.get(f"/notes?{bad}") as response:
+            assert response.status == 422, bad
+
+
+async def test_200_concurrent_creates_lose_nothing(client):
+    tag = unique("bulk")
+    results = await asyncio.gather(*(create(client, title=f"{tag} {i}") for i in range(200)))
+    assert len({note["id"] for note in results}) == 200
+    seen, url = 0, f"/notes?q={tag}&limit=100"
+    while url:
+        async with client.get(url) as response:
+            page = await response.json()
+        seen += len(page["items"])
+        url = page["next"] and page["next"] + f"&q={tag}"
+    assert seen == 200
+
+
+async def test_200_concurrent_conflicting_updates_add_up(client):
+    note = await create(client)
+    url = f"/notes/{note['id']}"
+
+    async def bump(i: int) -> int:
+        async with client.patch(url, json={"body": str(i)}, headers={"If-Match": '"1"'}) as response:
+            return response.status
+
+    statuses = await asyncio.gather(*(bump(i) for i in range(200)))
+    assert statuses.count(200) == 1 and statuses.count(412) == 199  # never a 500
+    async with client.get(url) as response:
+        assert (await response.json())["version"] == 2

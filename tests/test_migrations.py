@@ -1,0 +1,116 @@
+"""The migration runner: order, checksums, concurrency, the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiorest.db import Database
+from aiorest.migrations import MigrationError, load_migrations, migrate, migration_status
+
+
+def write(folder: Path, name: str, sql: str) -> None:
+    (folder / name).write_text(sql, encoding="utf-8")
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    write(tmp_path, "0001_things.sql", "CREATE TABLE things (id int PRIMARY KEY);")
+    write(tmp_path, "0002_seed.sql", "INSERT INTO things VALUES (1), (2); -- 100% seeded")
+    return tmp_path
+
+
+async def open_db(url: str) -> Database:
+    db = Database(url, min_size=1, max_size=2)
+    await db.open()
+    return db
+
+
+async def test_applies_in_order_once_and_reports_status(database_url, folder):
+    db = await open_db(database_url)
+    try:
+        assert [m.version for m in await migrate(db, folder)] == [1, 2]
+        assert await migrate(db, folder) == []
+        assert await db.fetchval("SELECT count(*) FROM things") == 2
+        write(folder, "0003_more.sql", "INSERT INTO things VALUES (3);")
+        assert [(m.version, state) for m, state in await migration_status(db, folder)] == [
+            (1, "applied"),
+            (2, "applied"),
+            (3, "pending"),
+        ]
+        assert [m.version for m in await migrate(db, folder)] == [3]
+    finally:
+        await db.close()
+
+
+async def test_concurrent_runs_apply_each_migration_once(database_url, folder):
+    write(folder, "0003_slow.sql", "SELECT pg_sleep(0.3); INSERT INTO things VALUES (3);")
+    dbs = [await open_db(database_url) for _ in range(4)]
+    try:
+        results = await asyncio.gather(*(migrate(db, folder) for db in dbs))
+        assert sorted(len(applied) for applied in results) == [0, 0, 0, 3]
+        assert await dbs[0].fetchval("SELECT count(*) FROM things") == 3
+        assert await dbs[0].fetchval("SELECT count(*) FROM aiorest_migrations") == 3
+    finally:
+        for db in dbs:
+            await db.close()
+
+
+async def test_an_edited_migration_is_refused(database_url, folder):
+    db = await open_db(database_url)
+    try:
+        await migrate(db, folder)
+        write(folder, "0002_seed.sql", "INSERT INTO things VALUES (1), (2), (5);")
+        with pytest.raises(MigrationError, match="0002_seed.sql was changed"):
+            await migrate(db, folder)
+        assert [state for _, state in await migration_status(db, folder)] == ["applied", "edited"]
+    finally:
+        await db.close()
+
+
+async def test_a_failing_migration_rolls_back_and_is_not_recorded(database_url, folder):
+    write(folder, "0003_broken.sql", "INSERT INTO things VALUES (3); INSERT INTO nowhere VALUES (1);")
+    db = await open_db(database_url)
+    try:
+        with pytest.raises(Exception, match="nowhere"):
+            await migrate(db, folder)
+        assert await db.fetchval("SELECT count(*) FROM things") == 2  # 0003's first insert rolled back
+        assert await db.fetchval("SELECT max(version) FROM aiorest_migrations") == 2
+    finally:
+        await db.close()
+
+
+def test_bad_file_names_and_duplicate_versions(tmp_path):
+    write(tmp_path, "0001_a.sql", "")
+    write(tmp_path, "1_b.sql", "")
+    with pytest.raises(MigrationError, match="version 1"):
+        load_migrations(tmp_path)
+    (tmp_path / "1_b.sql").unlink()
+    write(tmp_path, "second.sql", "")
+    with pytest.raises(MigrationError, match="NNNN_name.sql"):
+        load_migrations(tmp_path)
+    with pytest.raises(MigrationError, match="no migrations folder"):
+        load_migrations(tmp_path / "missing")
+
+
+def test_cli_migrate_and_status(database_url, folder):
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "aiorest", "migrate", *args, "--dir", str(folder), "--dsn", database_url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    first = run()
+    assert first.returncode == 0, first.stderr
+    assert "applied 0001 things" in first.stdout and "2 migration(s) applied" in first.stdout
+    status = run("status")
+    assert "0002 seed" in status.stdout and "applied" in status.stdout
+    write(folder, "0001_things.sql", "CREATE TABLE things (id bigint PRIMARY KEY);")
+    refused = run()
+    assert refused.returncode == 1 and "changed after it was applied" in refused.stderr
