@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -41,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     run.add_argument("--port", type=int, default=8080, help="port to bind (default 8080)")
     run.add_argument("--unix", help="serve on this unix socket path instead of TCP")
+    run.add_argument("--workers", type=int, default=1, help="worker processes sharing the port (default 1)")
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     migrate = commands.add_parser("migrate", help="apply numbered SQL migrations: aiorest migrate --dir migrations")
     migrate.add_argument("action", nargs="?", choices=["up", "status"], default="up", help="up (default) or status")
@@ -82,6 +84,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.command == "run":
         app = load_app(args.app)
-        app.run(host=args.host, port=args.port, unix=args.unix, log_level=args.log_level)
+        if args.workers == 1:
+            app.run(host=args.host, port=args.port, unix=args.unix, log_level=args.log_level)
+            return
+        if args.unix:
+            raise SystemExit("aiorest: --workers needs TCP (SO_REUSEPORT); put nginx in front for a unix socket")
+        from .workers import run_workers
+
+        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+        def serve() -> None:
+            app.run(host=args.host, port=args.port, log_level=args.log_level, reuse_port=True)
+
+        raise SystemExit(run_workers(args.workers, serve))
     elif args.command == "migrate":
         raise SystemExit(_migrate(args.action, args.dir, args.dsn))

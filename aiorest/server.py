@@ -152,9 +152,12 @@ def run(
     limits: Limits | None = None,
     log_level: str = "info",
     server_header: str | None = "aiorest",
+    reuse_port: bool = False,
 ) -> None:
     """Serve ``app`` until SIGINT or SIGTERM, on uvloop when it is installed."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    server = Server(app, host=host, port=port, unix=unix, limits=limits, server_header=server_header)
+    server = Server(
+        app, host=host, port=port, unix=unix, limits=limits, server_header=server_header, reuse_port=reuse_port
+    )
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         runner.run(server.serve_forever())

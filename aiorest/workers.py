@@ -1,0 +1,86 @@
+"""Several worker processes on one port: prefork with SO_REUSEPORT.
+
+One process uses one core. ``aiorest run app:app --workers 4`` forks four
+processes; each binds the port with SO_REUSEPORT and the kernel spreads new
+connections between them. The parent forwards SIGTERM/SIGINT, waits for the
+workers to finish their requests in flight, and restarts a worker that dies
+(at most ``max_restarts`` times a minute, then it gives up and stops all).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+
+logger = logging.getLogger("aiorest.server")
+
+__all__ = ["run_workers"]
+
+
+def run_workers(count: int, serve: Callable[[], None], *, max_restarts: int = 10) -> int:
+    """Run ``serve`` in ``count`` forked processes until SIGTERM/SIGINT; returns an exit code."""
+    if count < 1:
+        raise ValueError(f"workers must be at least 1, got {count}")
+    children: dict[int, int] = {}  # pid -> worker number
+    restarts: deque[float] = deque()
+    stopping = False
+
+    def spawn(number: int) -> None:
+        pid = os.fork()
+        if pid == 0:  # the worker
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            code = 0
+            try:
+                serve()
+            except BaseException:
+                logger.exception("worker %d failed", number)
+                code = 1
+            finally:
+                os._exit(code)
+        children[pid] = number
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for number in range(count):
+        spawn(number)
+    logger.info("aiorest: %d workers started (pids %s)", count, sorted(children))
+    exit_code = 0
+    while children:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        if pid not in children:
+            continue
+        number = children.pop(pid)
+        if stopping:
+            continue
+        code = os.waitstatus_to_exitcode(status)
+        logger.error("worker %d (pid %d) exited with %d", number, pid, code)
+        now = time.monotonic()
+        restarts.append(now)
+        while restarts and now - restarts[0] > 60:
+            restarts.popleft()
+        if len(restarts) > max_restarts:
+            logger.error("workers keep dying: stopping")
+            exit_code = 1
+            stop(signal.SIGTERM, None)
+            continue
+        spawn(number)
+    sys.stdout.flush()
+    return exit_code
