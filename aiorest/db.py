@@ -130,6 +130,17 @@ def _to_dollar(sql: str) -> str | None:
     return _PLACEHOLDER.sub(number, sql)
 
 
+def _literals(params: Sequence[Any]) -> str | None:
+    """Integers as SQL literals, without psycopg2's adaptation (7 µs a statement, measured).
+
+    Anything but int (and not bool) returns None: psycopg2 quotes it.
+    """
+    for value in params:
+        if type(value) is not int:
+            return None
+    return ", ".join(map(str, params))
+
+
 class _Connection:
     """One aiopg connection with its one cursor and its prepared statements."""
 
@@ -156,9 +167,12 @@ class _Connection:
                     await self._run(f"PREPARE {name} AS {dollar}", None)
                     self._prepared[sql] = name
             if name is not None:
-                if params:
-                    return await self._run(f"EXECUTE {name} ({', '.join(['%s'] * len(params))})", params)
-                return await self._run(f"EXECUTE {name}", None)
+                if not params:
+                    return await self._run(f"EXECUTE {name}", None)
+                literals = _literals(params)
+                if literals is not None:
+                    return await self._run(f"EXECUTE {name} ({literals})", None)
+                return await self._run(f"EXECUTE {name} ({', '.join(['%s'] * len(params))})", params)
         return await self._run(sql, params)
 
     async def _run(self, sql: str, params: Params) -> Any:
