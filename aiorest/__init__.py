@@ -1,6 +1,6 @@
 """aiorest: an asyncio HTTP/1.1 REST microframework with its own server."""
 
-from .app import App, ExceptionHandler, Hook, Middleware
+from .app import App, ExceptionHandler, Hook, Lifespan, Middleware
 from .convertors import Convertor
 from .datastructures import Headers, MultiDict, State
 from .exceptions import *  # noqa: F403
@@ -9,7 +9,7 @@ from .jsoncodec import JSONCodec
 from .limits import Limits
 from .request import Request
 from .response import JSONResponse, Response, StreamResponse
-from .routing import NoMatchFound, Route, Router
+from .routing import Handler, NoMatchFound, Route, Router
 from .server import Server, run
 
 __version__ = "0.1.0"
@@ -18,10 +18,12 @@ __all__ = [
     "App",
     "Convertor",
     "ExceptionHandler",
+    "Handler",
     "Headers",
     "Hook",
     "JSONCodec",
     "JSONResponse",
+    "Lifespan",
     "Limits",
     "Middleware",
     "MultiDict",

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .request import Request
     from .server import Limits
 
-__all__ = ["App", "Middleware", "Hook", "ExceptionHandler"]
+__all__ = ["App", "Middleware", "Hook", "ExceptionHandler", "Lifespan"]
 
 logger = logging.getLogger("aiorest.error")
 
@@ -70,6 +70,8 @@ class App(_RouteDecorators):
         self.limits = limits
         self._exception_handlers: dict[type[BaseException], ExceptionHandler] = {}
         self._lifespan_cm: AbstractAsyncContextManager[None] | None = None
+        self._routing_error_endpoint: Handler = _raise_routing_error
+        self._options_endpoint: Handler = _answer_options
         self._started = False
         for route in routes:
             self.add_route(route.method, route.path, route.handler, name=route.name)
@@ -130,6 +132,8 @@ class App(_RouteDecorators):
             raise
         for route in self.router.routes():
             route.endpoint = self._chain(route.handler)
+        self._routing_error_endpoint = self._chain(_raise_routing_error)
+        self._options_endpoint = self._chain(_answer_options)
         self._started = True
 
     async def shutdown(self) -> None:
@@ -172,10 +176,12 @@ class App(_RouteDecorators):
         except HTTPError as exc:
             if not self.middleware:
                 raise
-            return self._chain(_Raising(exc))(request)
+            request._routing_error = exc
+            return self._routing_error_endpoint(request)
         request.path_params = params
         if route is None:
-            return self._chain(_Options(allow))(request)
+            request._allow = allow
+            return self._options_endpoint(request)
         return route.endpoint(request)
 
     async def _handle_exception(self, request: Request, exc: BaseException) -> Response:
@@ -246,25 +252,12 @@ class _Converting:
         return to_response(await self.handler(request))
 
 
-class _Raising:
+async def _raise_routing_error(request: Request) -> Response:
     """A routing error (404/405) as an endpoint, so that middleware sees it too."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: HTTPError) -> None:
-        self.exc = exc
-
-    async def __call__(self, request: Request) -> Response:
-        raise self.exc
+    assert request._routing_error is not None
+    raise request._routing_error
 
 
-class _Options:
+async def _answer_options(request: Request) -> Response:
     """OPTIONS on a path with no OPTIONS handler: 204 with ``Allow``."""
-
-    __slots__ = ("allow",)
-
-    def __init__(self, allow: frozenset[str]) -> None:
-        self.allow = allow
-
-    async def __call__(self, request: Request) -> Response:
-        return Response(status=204, headers={"Allow": ", ".join(sorted(self.allow))})
+    return Response(status=204, headers={"Allow": ", ".join(sorted(request._allow))})

@@ -43,6 +43,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--port", type=int, default=8080, help="port to bind (default 8080)")
     run.add_argument("--unix", help="serve on this unix socket path instead of TCP")
     run.add_argument("--workers", type=int, default=1, help="worker processes sharing the port (default 1)")
+    run.add_argument(
+        "--unix-mode", type=lambda text: int(text, 8), default=0o666, help="unix socket mode (default 666)"
+    )
+    run.add_argument("--backlog", type=int, default=2048, help="listen backlog (default 2048)")
+    run.add_argument(
+        "--graceful-timeout", type=float, default=30.0, help="seconds to finish requests on SIGTERM (default 30)"
+    )
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     migrate = commands.add_parser("migrate", help="apply numbered SQL migrations: aiorest migrate --dir migrations")
     migrate.add_argument("action", nargs="?", choices=["up", "status"], default="up", help="up (default) or status")
@@ -84,8 +91,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.command == "run":
         app = load_app(args.app)
+        options = {"log_level": args.log_level, "backlog": args.backlog, "graceful_timeout": args.graceful_timeout}
         if args.workers == 1:
-            app.run(host=args.host, port=args.port, unix=args.unix, log_level=args.log_level)
+            app.run(host=args.host, port=args.port, unix=args.unix, unix_mode=args.unix_mode, **options)
             return
         if args.unix:
             raise SystemExit("aiorest: --workers needs TCP (SO_REUSEPORT); put nginx in front for a unix socket")
@@ -94,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
         def serve() -> None:
-            app.run(host=args.host, port=args.port, log_level=args.log_level, reuse_port=True)
+            app.run(host=args.host, port=args.port, reuse_port=True, **options)
 
         raise SystemExit(run_workers(args.workers, serve))
     elif args.command == "migrate":

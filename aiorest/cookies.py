@@ -38,7 +38,7 @@ def format_set_cookie(
     value: str = "",
     *,
     max_age: int | None = None,
-    expires: datetime | int | None = None,
+    expires: datetime | float | None = None,
     path: str | None = "/",
     domain: str | None = None,
     secure: bool = False,
@@ -56,7 +56,7 @@ def format_set_cookie(
     if max_age is not None:
         parts.append(f"Max-Age={int(max_age)}")
     if expires is not None:
-        if isinstance(expires, int):
+        if not isinstance(expires, datetime):
             expires = datetime.fromtimestamp(expires, UTC)
         parts.append(f"Expires={format_datetime(expires.astimezone(UTC), usegmt=True)}")
     for attr, text in (("Path", path), ("Domain", domain)):

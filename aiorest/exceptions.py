@@ -64,7 +64,10 @@ class HTTPError(Exception):
         if not 400 <= self.status <= 599:
             raise ValueError(f"HTTPError status must be 4xx or 5xx, got {self.status}")
         if message is None:
-            message = HTTPStatus(self.status).phrase
+            try:
+                message = HTTPStatus(self.status).phrase
+            except ValueError:
+                message = f"HTTP error {self.status}"
         super().__init__(message)
         self.message = message
         self.details = details

@@ -21,6 +21,7 @@ import asyncio
 import contextvars
 import logging
 import socket
+import time
 from collections import deque
 from collections.abc import Coroutine, Generator
 from email.utils import formatdate
@@ -35,6 +36,7 @@ from .exceptions import (
     ClientDisconnected,
     HTTPBadRequest,
     HTTPError,
+    HTTPNotImplemented,
     HTTPPayloadTooLarge,
     HTTPRequestHeaderFieldsTooLarge,
     HTTPRequestTimeout,
@@ -104,7 +106,8 @@ class ServerState:
         self.refresh()
         for connection in list(self.connections):
             connection.check_deadline(self.now)
-        self._timer = self._loop.call_at(self.now + 1.0 - (self.now % 1.0), self._tick)
+        # Tick just after the wall clock's next second, so the Date is never stale.
+        self._timer = self._loop.call_at(self.now + 1.001 - time.time() % 1.0, self._tick)
 
 
 class _Resume:
@@ -153,6 +156,8 @@ class HttpProtocol(asyncio.Protocol):
         self._content_length: int | None = None
         self._expect_continue = False
         self._connection_header = False
+        self._has_host = False
+        self._transfer_encoding: bytes | None = None
         # requests received, in order; the first is the one being answered
         self._queue: deque[Request] = deque()
         self._receiving: Request | None = None
@@ -216,7 +221,7 @@ class HttpProtocol(asyncio.Protocol):
         else:
             try:
                 self._parser.feed_data(data)
-            except httptools.HttpParserError as exc:
+            except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
                 self._parse_error(exc)
         if self._in_head and self._head_bytes > self._limits.max_header_size and not self._parsing_stopped:
             self._abort_parsing(HTTPRequestHeaderFieldsTooLarge("request head too large"))
@@ -230,6 +235,8 @@ class HttpProtocol(asyncio.Protocol):
         waiter = self._drain_waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        elif self._current is None and self._queue:
+            self._process()  # pipelined requests waited for the client to read
 
     def eof_received(self) -> bool | None:
         # The client half-closed: answer what was received, then close.
@@ -255,10 +262,10 @@ class HttpProtocol(asyncio.Protocol):
     def _feed(self, data: bytes | memoryview) -> None:
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             self._parse_error(exc)
 
-    def _parse_error(self, exc: httptools.HttpParserError) -> None:
+    def _parse_error(self, exc: Exception) -> None:
         if isinstance(exc, httptools.HttpParserCallbackError):
             cause = exc.__context__
             if isinstance(cause, _StopParsing):
@@ -283,6 +290,8 @@ class HttpProtocol(asyncio.Protocol):
         self._content_length = None
         self._expect_continue = False
         self._connection_header = False
+        self._has_host = False
+        self._transfer_encoding = None
         self._body_received = 0
         if not self._in_head:
             self._in_head = True
@@ -306,8 +315,12 @@ class HttpProtocol(asyncio.Protocol):
             self._content_length = int(value)  # llhttp accepts digits only
         elif size == 10 and name.lower() == b"connection":
             self._connection_header = True
+        elif size == 4 and name.lower() == b"host":
+            self._has_host = True
         elif size == 6 and name.lower() == b"expect" and value.lower() == b"100-continue":
             self._expect_continue = True
+        elif size == 17 and name.lower() == b"transfer-encoding":
+            self._transfer_encoding = value
 
     def on_headers_complete(self) -> None:
         parser = self._parser
@@ -331,7 +344,7 @@ class HttpProtocol(asyncio.Protocol):
         request = Request(
             _METHODS.get(method) or method.decode("ascii"),
             path,
-            self._url,
+            raw_path,
             query.decode("latin-1"),
             http_version,
             self._raw_headers,
@@ -352,6 +365,13 @@ class HttpProtocol(asyncio.Protocol):
             )
             request.keep_alive = False
             raise _StopParsing
+        if http_version == "1.1" and not self._has_host:
+            head_error = HTTPBadRequest("an HTTP/1.1 request needs a Host header")  # RFC 9112, 3.2
+            request.keep_alive = False
+        if self._transfer_encoding is not None and self._transfer_encoding.strip().lower() != b"chunked":
+            # llhttp accepts "gzip, chunked"; we would hand the handler a still-encoded body.
+            head_error = HTTPNotImplemented("only the chunked transfer coding is supported")
+            request.keep_alive = False
         if head_error is not None:
             request._head_error = head_error
         if len(self._queue) >= self._limits.max_pipeline:
@@ -412,7 +432,9 @@ class HttpProtocol(asyncio.Protocol):
     def _process(self) -> None:
         """Answer queued requests in order while none is in progress."""
         queue = self._queue
-        while self._current is None and queue and not self._closed:
+        # While the client does not read, answer nothing more: responses would
+        # pile up in the transport's buffer without bound.
+        while self._current is None and queue and not self._closed and not self._writing_paused:
             request = self._current = queue[0]
             if request._head_error is not None:
                 self._respond(request, error_response(request._head_error))
@@ -459,7 +481,12 @@ class HttpProtocol(asyncio.Protocol):
     def _respond(self, request: Request, result: Any) -> Coroutine[Any, Any, None] | None:
         """Write the response; a StreamResponse gives back the coroutine that streams it."""
         result_type = type(result)
-        if request._plain and (result_type is dict or result_type is list) and not self._close_after_queue:
+        if (
+            request._plain
+            and (result_type is dict or result_type is list)
+            and request.keep_alive
+            and not self._close_after_queue
+        ):
             # The common case, a dict answered on a kept-alive HTTP/1.1 connection:
             # one pre-built head prefix, no Response object.
             try:
@@ -496,15 +523,23 @@ class HttpProtocol(asyncio.Protocol):
     def _head(self, request: Request, response: Response, length: int | None, chunked: bool = False) -> bytes:
         """The response head; ``length`` None means a streamed body (chunked if ``chunked``)."""
         status = response.status
+        content_type = response.media_type
+        extra = []
+        if response._headers is not None:
+            for name, value in response._headers.items():
+                lname = name.lower()
+                if lname == "content-type":
+                    content_type = value
+                elif lname not in ("content-length", "transfer-encoding"):  # the server frames the body
+                    extra.append(f"{name}: {value}\r\n")
         lines = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n", self._state.header_lines]
         if status not in _NO_BODY_STATUSES and status >= 200:
-            lines.append(f"Content-Type: {response.media_type}\r\n")
+            lines.append(f"Content-Type: {content_type}\r\n")
             if length is not None:
                 lines.append(f"Content-Length: {length}\r\n")
             elif chunked:
                 lines.append("Transfer-Encoding: chunked\r\n")
-        if response._headers is not None:
-            lines.extend(f"{name}: {value}\r\n" for name, value in response._headers.items())
+        lines.extend(extra)
         if not request.keep_alive or (self._close_after_queue and len(self._queue) <= 1):
             request.keep_alive = False
             lines.append("Connection: close\r\n")

@@ -46,6 +46,8 @@ class Request:
     _head_error: HTTPError | None = None
     _discard = False
     _plain = False
+    _routing_error: HTTPError | None = None
+    _allow: frozenset[str] = frozenset()
 
     def __init__(
         self,
@@ -104,7 +106,10 @@ class Request:
     @property
     def client(self) -> tuple[str, int] | None:
         """The peer's ``(host, port)``; None for a unix socket."""
-        return self._protocol.peername if self._protocol is not None else None
+        peer = self._protocol.peername if self._protocol is not None else None
+        if not isinstance(peer, tuple):  # a unix socket's peer name is '' or a path
+            return None
+        return peer[0], peer[1]  # IPv6 gives (host, port, flowinfo, scope_id)
 
     @property
     def content_type(self) -> str:

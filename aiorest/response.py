@@ -59,7 +59,7 @@ class Response:
         value: str = "",
         *,
         max_age: int | None = None,
-        expires: datetime | int | None = None,
+        expires: datetime | float | None = None,
         path: str | None = "/",
         domain: str | None = None,
         secure: bool = False,

@@ -118,8 +118,8 @@ class _RouteDecorators:
             raise ValueError(f"prefix {prefix!r} must start with '/' and must not end with '/'")
         for route in router.routes:
             route_name = route.name
-            if name is not None and route_name is not None:
-                route_name = f"{name}.{route_name}"
+            if name is not None:
+                route_name = f"{name}.{route_name or getattr(route.handler, '__name__', 'route')}"
             self.add_route(route.method, prefix + route.path, route.handler, name=route_name)
 
 
@@ -198,7 +198,7 @@ class RouteTable:
             self.convertors.update(convertors)
         self._static: dict[str, _PathEntry] = {}
         self._dynamic: list[_PathEntry] = []
-        self._by_regex: dict[str, _PathEntry] = {}
+        self._by_template: dict[str, _PathEntry] = {}
         self._names: dict[str, _PathEntry] = {}
         self._explicit_names: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
@@ -215,9 +215,9 @@ class RouteTable:
         if not entry.params:
             entry = self._static.setdefault(route.path, entry)
         else:
-            existing = self._by_regex.get(entry.regex)
+            existing = self._by_template.get(route.path)
             if existing is None:
-                self._by_regex[entry.regex] = entry
+                self._by_template[route.path] = entry
                 self._dynamic.append(entry)
                 self._pattern = None
             else:
@@ -264,7 +264,21 @@ class RouteTable:
         try:
             return entry, entry.convert(texts)
         except ValueError:
-            return None
+            # A converter refused the text: a later template may still take it.
+            return self._scan(path, after=entry)
+
+    def _scan(self, path: str, after: _PathEntry) -> tuple[_PathEntry, dict[str, Any]] | None:
+        """Test the templates after ``after`` one by one (the slow path)."""
+        later = self._dynamic[self._dynamic.index(after) + 1 :]
+        for entry in later:
+            match = re.fullmatch(entry.regex, path)
+            if match is None:
+                continue
+            try:
+                return entry, entry.convert(match.groups())
+            except ValueError:
+                continue
+        return None
 
     def resolve(self, method: str, path: str) -> tuple[Route | None, dict[str, Any], frozenset[str]]:
         """Find the route for ``method`` and ``path``.

@@ -52,8 +52,10 @@ class Server:
         limits: Limits | None = None,
         server_header: str | None = "aiorest",
         reuse_port: bool = False,
+        graceful_timeout: float = 30.0,
     ) -> None:
         self.app = app
+        self.graceful_timeout = graceful_timeout
         self.host = host
         self.port = port
         self.unix = unix
@@ -102,8 +104,11 @@ class Server:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    async def stop(self, timeout: float = 30.0) -> None:
-        """Stop accepting, let requests in flight finish (up to ``timeout``), close, shut down the app."""
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop accepting, let requests in flight finish (up to ``timeout``, default
+        ``graceful_timeout``), close, shut down the app."""
+        if timeout is None:
+            timeout = self.graceful_timeout
         if self._server is not None:
             self._server.close()
         connections = list(self._state.connections)
@@ -153,11 +158,26 @@ def run(
     log_level: str = "info",
     server_header: str | None = "aiorest",
     reuse_port: bool = False,
+    unix_mode: int = 0o666,
+    backlog: int = 2048,
+    graceful_timeout: float = 30.0,
 ) -> None:
-    """Serve ``app`` until SIGINT or SIGTERM, on uvloop when it is installed."""
+    """Serve ``app`` until SIGINT or SIGTERM, on uvloop when it is installed.
+
+    The options are those of :class:`Server`; ``log_level`` configures logging.
+    """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = Server(
-        app, host=host, port=port, unix=unix, limits=limits, server_header=server_header, reuse_port=reuse_port
+        app,
+        host=host,
+        port=port,
+        unix=unix,
+        unix_mode=unix_mode,
+        backlog=backlog,
+        limits=limits,
+        server_header=server_header,
+        reuse_port=reuse_port,
+        graceful_timeout=graceful_timeout,
     )
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         runner.run(server.serve_forever())

@@ -33,6 +33,10 @@ def make_app() -> App:
     async def echo(request: Request) -> Response:
         return Response(await request.read(), media_type="application/octet-stream")
 
+    @app.get("/client")
+    async def client(request: Request) -> dict[str, object]:
+        return {"client": request.client}
+
     @app.get("/big/{size:int}")
     async def big(request: Request) -> Response:
         return Response(b"x" * request.path_params["size"])
@@ -76,7 +80,7 @@ async def test_keep_alive_serves_many_requests_on_one_connection(server):
 
 async def test_pipelined_requests_over_a_socket_come_back_in_order(server):
     srv = await server()
-    payload = b"".join(b"GET /sleep/%d HTTP/1.1\r\n\r\n" % ms for ms in (20, 0, 10, 0, 5) * 3) + GET_JSON
+    payload = b"".join(b"GET /sleep/%d HTTP/1.1\r\nHost: t\r\n\r\n" % ms for ms in (20, 0, 10, 0, 5) * 3) + GET_JSON
     responses, closed = await exchange(srv.port, payload, count=16)
     assert [r.body for r in responses[:5]] == [b'{"slept":%d}' % ms for ms in (20, 0, 10, 0, 5)]
     assert responses[-1].body == b'{"message":"Hello, World!"}'
@@ -117,7 +121,7 @@ async def test_large_body_round_trip_with_exact_content_length(server):
 async def test_body_over_the_limit_is_refused_before_it_is_sent(server):
     srv = await server(limits=Limits(max_body_size=1000))
     reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
-    writer.write(b"POST /echo HTTP/1.1\r\nContent-Length: 1000000\r\nExpect: 100-continue\r\n\r\n")
+    writer.write(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\nExpect: 100-continue\r\n\r\n")
     [response], closed = await read_responses(reader, 1)
     assert response.status == 413
     assert closed
@@ -127,7 +131,7 @@ async def test_body_over_the_limit_is_refused_before_it_is_sent(server):
 async def test_expect_continue_over_a_socket(server):
     srv = await server()
     reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
-    writer.write(b"POST /echo HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+    writer.write(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
     interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
     assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
     writer.write(b"hello")
@@ -140,7 +144,7 @@ async def test_slowloris_client_is_closed_within_the_head_timeout(server):
     srv = await server(limits=Limits(head_timeout=1))
     reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
     started = time.monotonic()
-    writer.write(b"GET /json HTTP/1.1\r\n")
+    writer.write(b"GET /json HTTP/1.1\r\nHost: t\r\n")
     closed_at = None
     for _ in range(40):  # one header byte every 100 ms: never finishes on its own
         try:
@@ -175,7 +179,7 @@ async def test_client_disconnect_mid_request_leaks_no_task_and_server_goes_on(se
     srv = await server()
     before = len(asyncio.all_tasks())
     reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
-    writer.write(b"POST /echo HTTP/1.1\r\nContent-Length: 1000\r\n\r\npartial")
+    writer.write(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\npartial")
     await writer.drain()
     await asyncio.sleep(0.05)
     writer.transport.abort()
@@ -205,7 +209,7 @@ async def test_client_disconnect_mid_response_stops_the_stream(server):
 
     srv = await server(app)
     reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
-    writer.write(b"GET /stream HTTP/1.1\r\n\r\n")
+    writer.write(b"GET /stream HTTP/1.1\r\nHost: t\r\n\r\n")
     await reader.read(100000)
     writer.transport.abort()
     await asyncio.wait_for(stopped.wait(), 2)
@@ -226,7 +230,7 @@ async def test_graceful_stop_finishes_requests_in_flight(server):
     srv = Server(make_app(), host="127.0.0.1", port=0)
     await srv.start()
     reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
-    writer.write(b"GET /sleep/200 HTTP/1.1\r\n\r\n")
+    writer.write(b"GET /sleep/200 HTTP/1.1\r\nHost: t\r\n\r\n")
     await writer.drain()
     await asyncio.sleep(0.05)
     stopping = asyncio.create_task(srv.stop(timeout=5))
@@ -246,9 +250,10 @@ async def test_unix_socket_with_mode():
     try:
         assert oct(os.stat(path).st_mode & 0o777) == "0o660"
         reader, writer = await asyncio.open_unix_connection(path)
-        writer.write(GET_JSON)
-        [response], _ = await read_responses(reader, 1)
+        writer.write(GET_JSON + b"GET /client HTTP/1.1\r\nHost: t\r\n\r\n")
+        [response, client], _ = await read_responses(reader, 2)
         assert response.status == 200
+        assert client.body == b'{"client":null}'  # no address over a unix socket
         await close(writer)
     finally:
         await srv.stop()

@@ -1,0 +1,91 @@
+"""Sphinx configuration for the aiorest documentation.
+
+Build: ``sphinx-build -W --keep-going -n -b html docs docs/_build/html``.
+There is no intersphinx (the build runs offline), so references to the
+standard library and to aiohttp are not links; see ``_resolve_reexports``
+and ``nitpick_ignore_regex`` below.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import aiorest  # noqa: E402
+
+project = "aiorest"
+author = "the aiorest authors"
+copyright = "aiorest authors"
+release = aiorest.__version__
+version = ".".join(release.split(".")[:2])
+
+extensions = ["sphinx.ext.autodoc"]
+
+exclude_patterns = ["_build"]
+nitpicky = True
+
+html_theme = "furo" if importlib.util.find_spec("furo") is not None else "alabaster"
+html_title = f"aiorest {release}"
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+autodoc_preserve_defaults = True
+# Keep the public aliases as names in signatures instead of expanding them.
+autodoc_type_aliases = {
+    "Middleware": "aiorest.Middleware",
+    "Hook": "aiorest.Hook",
+    "ExceptionHandler": "aiorest.ExceptionHandler",
+    "Handler": "aiorest.Handler",
+    "Lifespan": "aiorest.Lifespan",
+    # The decorators return the function they were given.
+    "_H": "aiorest.Handler",
+    "_F": "aiorest.ExceptionHandler",
+}
+
+# Offline, names from the standard library and aiohttp cannot be linked (no
+# intersphinx): leave them as plain text. Builtins and ``typing`` names are
+# resolved by Sphinx itself; every other reference must resolve.
+_UNLINKABLE = sorted(sys.stdlib_module_names | {"aiohttp"})
+nitpick_ignore_regex = [(r"py:.*", rf"(?:{'|'.join(_UNLINKABLE)})(?:\..+)?")]
+
+
+def _resolve_reexports(app: Any, env: Any, node: Any, contnode: Any) -> Any:
+    """Link ``aiorest.request.Request`` (an annotation's real path) to ``aiorest.Request``.
+
+    The public API is documented where users import it from, the package itself;
+    annotations name the defining module.
+    """
+    if node.get("refdomain") != "py":
+        return None
+    target = node.get("reftarget", "")
+    parts = target.split(".")
+    if len(parts) != 3 or parts[0] != "aiorest" or parts[2] not in aiorest.__all__:
+        return None
+    domain = env.get_domain("py")
+    node["reftarget"] = f"aiorest.{parts[2]}"
+    return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"], node["reftarget"], node, contnode)
+
+
+_ALIAS_REPR = re.compile(r"TypeAliasForwardRef\('([^']+)'\)")
+
+
+def _unwrap_aliases(
+    app: Any, what: str, name: str, obj: Any, options: Any, signature: str | None, return_annotation: str | None
+) -> tuple[str | None, str | None]:
+    """Sphinx 9 prints an alias nested in ``Callable[[...], ...]`` as its repr; print its name."""
+    if signature:
+        signature = _ALIAS_REPR.sub(r"\1", signature)
+    if return_annotation:
+        return_annotation = _ALIAS_REPR.sub(r"\1", return_annotation)
+    return signature, return_annotation
+
+
+def setup(app: Any) -> None:
+    app.connect("missing-reference", _resolve_reexports)
+    app.connect("autodoc-process-signature", _unwrap_aliases)

@@ -1,0 +1,348 @@
+"""The documentation: every example under docs/examples/ works as the docs say, and the docs build.
+
+Each example is imported from its file and served for real (``aiorest_client``);
+the assertions repeat what the pages claim about it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import functools
+import importlib.util
+import logging
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import aiorest
+from aiorest.testing import TestClient
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+EXAMPLES = DOCS / "examples"
+
+
+@functools.cache
+def load_example(name: str) -> ModuleType:
+    """Import ``docs/examples/<name>.py`` under a name of its own."""
+    spec = importlib.util.spec_from_file_location(f"_docs_example_{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def raw_exchange(port: int, data: bytes) -> bytes:
+    """Send ``data`` on a new connection; everything the server sends until it closes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(data)
+        return await asyncio.wait_for(reader.read(), timeout=5)
+    finally:
+        writer.close()
+
+
+# -- one exercise per example ---------------------------------------------------------
+
+
+async def exercise_hello(module: ModuleType, client: Any) -> None:
+    async with client.get("/") as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"] == "application/json"
+        assert await response.json() == {"message": "Hello, World!"}
+    async with client.get("/hello/ada") as response:
+        assert await response.json() == {"message": "Hello, ada!"}
+
+
+async def exercise_notes(module: ModuleType, client: Any) -> None:
+    async with client.get("/api/notes") as response:
+        assert response.status == 200
+        assert await response.json() == []
+    async with client.post("/api/notes", json={"text": "buy milk"}) as response:
+        assert response.status == 201
+        assert response.headers["Location"] == "/api/notes/1"
+        assert await response.json() == {"id": 1, "text": "buy milk"}
+    async with client.get("/api/notes/1") as response:
+        assert await response.json() == {"id": 1, "text": "buy milk"}
+    async with client.post("/api/notes", json={"text": 3}) as response:
+        assert response.status == 422
+        assert await response.json() == {
+            "error": {
+                "status": 422,
+                "message": "invalid note",
+                "details": [{"field": "text", "error": "a string is required"}],
+            }
+        }
+    async with client.post("/api/notes", data="text", headers={"Content-Type": "text/plain"}) as response:
+        assert response.status == 415
+    async with client.post("/api/notes", data="{oops", headers={"Content-Type": "application/json"}) as response:
+        assert response.status == 400
+    async with client.get("/api/notes/9") as response:
+        assert response.status == 404
+        assert await response.json() == {"error": {"status": 404, "message": "no note 9", "details": None}}
+    async with client.get("/api/notes/abc") as response:
+        assert response.status == 404
+        assert (await response.json())["error"]["message"] == "no route for /api/notes/abc"
+    async with client.head("/api/notes") as response:
+        assert response.status == 200
+        assert response.headers["Content-Length"] == str(len(b'[{"id":1,"text":"buy milk"}]'))
+        assert await response.read() == b""
+    async with client.options("/api/notes/1") as response:
+        assert response.status == 204
+        assert response.headers["Allow"] == "DELETE, GET, HEAD, OPTIONS"
+    async with client.put("/api/notes") as response:
+        assert response.status == 405
+        assert response.headers["Allow"] == "GET, HEAD, OPTIONS, POST"
+    async with client.delete("/api/notes/1") as response:
+        assert response.status == 204
+        assert await response.read() == b""
+    async with client.delete("/api/notes/1") as response:
+        assert response.status == 404
+    app = module.app
+    assert app.url_for("api.list") == "/api/notes"
+    assert app.url_for("api.note", note_id=5) == "/api/notes/5"
+    assert app.url_for("api.delete_note", note_id=5) == "/api/notes/5"  # unnamed: the handler's name, prefixed
+    with pytest.raises(aiorest.NoMatchFound):
+        app.url_for("api.note")
+    with pytest.raises(aiorest.NoMatchFound):
+        app.url_for("note", note_id=5)
+
+
+async def exercise_route_table(module: ModuleType, client: Any) -> None:
+    async with client.get("/users") as response:
+        assert await response.json() == ["ada", "grace"]
+    async with client.get("/users/ada") as response:
+        assert await response.json() == {"name": "ada"}
+    async with client.put("/users/ada") as response:
+        assert await response.json() == {"name": "ada", "replaced": "yes"}
+    async with client.delete("/users/ada") as response:
+        assert response.status == 405
+        assert response.headers["Allow"] == "GET, HEAD, OPTIONS, PUT"
+    assert module.app.url_for("user", name="grace hopper") == "/users/grace%20hopper"
+    assert module.app.url_for("list_users") == "/users"
+
+
+async def exercise_dates(module: ModuleType, client: Any) -> None:
+    async with client.get("/days/2024-02-28") as response:
+        assert await response.json() == {"weekday": "Wednesday", "next": "/days/2024-02-29"}
+    async with client.get("/days/2024-02-30") as response:  # the converter refuses it
+        assert response.status == 404
+    async with client.get("/days/today") as response:  # the regex refuses it
+        assert response.status == 404
+    async with client.get("/files/reports/2024/q1.pdf") as response:
+        assert await response.json() == {"path": "reports/2024/q1.pdf"}
+    assert module.app.url_for("day", day=datetime.date(2030, 1, 1)) == "/days/2030-01-01"
+
+
+async def exercise_echo(module: ModuleType, client: Any) -> None:
+    headers = {"User-Agent": "docs-test", "Cookie": "session=abc; theme=dark"}
+    async with client.get("/inspect/a%20b?tag=x&tag=y&page=2", headers=headers) as response:
+        body = await response.json()
+    assert body == {
+        "method": "GET",
+        "path": "/inspect/a b",
+        "query_string": "tag=x&tag=y&page=2",
+        "tags": ["x", "y"],
+        "page": 2,
+        "user_agent": "docs-test",
+        "session": "abc",
+        "item": "a b",
+        "http_version": "1.1",
+        "client_host": "127.0.0.1",
+    }
+    async with client.post("/echo", json={"a": [1, 2]}) as response:
+        assert await response.json() == {"received": {"a": [1, 2]}}
+    no_content_type = b'POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\nConnection: close\r\n\r\n{"a": 1}'
+    assert (await raw_exchange(client.port, no_content_type)).endswith(b'\r\n\r\n{"received":{"a":1}}')
+    async with client.post("/echo", data="a=1", headers={"Content-Type": "text/plain"}) as response:
+        assert response.status == 415
+    async with client.post("/echo", data=b"", headers={"Content-Type": "application/json"}) as response:
+        assert response.status == 400
+        assert (await response.json())["error"]["message"] == "request body is empty; expected JSON"
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(10):
+            yield b"x" * 1000
+
+    async with client.post("/upload", data=chunks()) as response:  # sent chunked
+        assert await response.json() == {"bytes": 10_000}
+    async with client.post("/shout", data="héllo".encode()) as response:
+        assert await response.json() == {"text": "HÉLLO"}
+    async with client.post("/shout", data=b"\xff") as response:
+        assert response.status == 400
+
+
+async def exercise_replies(module: ModuleType, client: Any) -> None:
+    async with client.get("/dict") as response:
+        assert (response.status, response.headers["Content-Type"]) == (200, "application/json")
+        assert await response.json() == {"answer": 42}
+    async with client.get("/list") as response:
+        assert await response.json() == [1, 2, 3]
+    async with client.put("/nothing") as response:
+        assert response.status == 204
+        assert "Content-Type" not in response.headers
+        assert "Content-Length" not in response.headers
+    async with client.post("/created") as response:
+        assert response.status == 201
+        assert response.headers["Location"] == "/things/7"
+        assert await response.json() == {"id": 7}
+    async with client.get("/text") as response:
+        assert response.headers["Content-Type"] == "text/plain; charset=utf-8"
+        assert response.headers["Content-Length"] == "10"
+        assert await response.text() == "plain text"
+    async with client.get("/csv") as response:
+        assert response.headers["Content-Type"] == "text/csv; charset=utf-8"
+        assert response.headers["Cache-Control"] == "no-store"
+    async with client.get("/numbers") as response:
+        assert response.headers["Transfer-Encoding"] == "chunked"
+        assert "Content-Length" not in response.headers
+        assert await response.text() == "0\n1\n2\n"
+    async with client.post("/login") as response:
+        assert response.status == 204
+        assert response.headers["Set-Cookie"] == "session=abc123; Max-Age=3600; Path=/; Secure; HttpOnly; SameSite=Lax"
+    async with client.post("/logout") as response:
+        assert response.headers["Set-Cookie"] == (
+            "session=; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT; Path=/; SameSite=Lax"
+        )
+
+
+async def exercise_codec(module: ModuleType, client: Any) -> None:
+    async with client.get("/invoice") as response:
+        assert await response.read() == (
+            b'{"id":"12345678-1234-5678-1234-567812345678","due":"2030-01-31","total":"19.90"}'
+        )
+    assert module.app.json.name == "json+dates"
+
+
+async def exercise_errors(module: ModuleType, client: Any, caplog: pytest.LogCaptureFixture) -> None:
+    async with client.get("/admin") as response:
+        assert response.status == 403
+        assert response.headers["WWW-Authenticate"] == 'Bearer realm="admin"'
+        assert await response.json() == {"error": {"status": 403, "message": "admins only", "details": None}}
+    async with client.post("/orders/sku-1") as response:
+        assert response.status == 409
+        assert await response.json() == {
+            "error": {"status": 409, "message": "out of stock", "details": {"sku": "sku-1"}}
+        }
+    async with client.get("/maintenance") as response:
+        assert response.status == 503
+        assert response.headers["Retry-After"] == "120"
+    async with client.get("/teapot") as response:
+        assert response.status == 418
+        assert await response.json() == {
+            "error": {"status": 418, "message": "short and stout", "details": {"capacity_ml": 500}}
+        }
+    with caplog.at_level(logging.ERROR, logger="aiorest.error"):
+        async with client.get("/bug") as response:
+            assert response.status == 500
+            assert await response.json() == {
+                "error": {"status": 500, "message": "Internal Server Error", "details": None}
+            }
+    assert any(
+        record.getMessage() == "unhandled exception in GET /bug" and record.exc_info is not None
+        for record in caplog.records
+    )
+    async with client.get("/admin") as response:  # the connection survived the errors
+        assert response.status == 403
+
+
+async def exercise_lifecycle(module: ModuleType, client: Any) -> None:
+    # ``client`` is not used: this example is about startup and shutdown, so it
+    # starts and stops its own TestClient to see the whole sequence.
+    module.events.clear()
+    async with TestClient(module.app) as own:
+        assert module.events == ["lifespan enter", "startup: open pool"]
+        async with own.get("/public/hello") as response:
+            assert await response.json() == {"pool_size": 1}
+            assert "X-Elapsed-Ms" in response.headers
+        async with own.get("/private/report") as response:
+            assert response.status == 401
+            assert response.headers["WWW-Authenticate"] == "Bearer"
+            assert "X-Elapsed-Ms" in response.headers
+        async with own.get("/private/report", headers={"Authorization": "Bearer s3cret"}) as response:
+            assert await response.json() == {"user": "admin"}
+        async with own.get("/nowhere") as response:  # middleware sees routing errors too
+            assert response.status == 404
+            assert "X-Elapsed-Ms" in response.headers
+    assert module.events == ["lifespan enter", "startup: open pool", "shutdown: close pool", "lifespan exit"]
+
+
+async def exercise_limits(module: ModuleType, client: Any) -> None:
+    async with client.post("/upload", data=b"x" * 1000) as response:
+        assert await response.json() == {"bytes": 1000}
+    head = b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 70000\r\n\r\n"
+    answer = await raw_exchange(client.port, head)  # the server does not wait for the body
+    assert answer.startswith(b"HTTP/1.1 413 Request Entity Too Large\r\n")
+    assert b"\r\nConnection: close\r\n" in answer
+    assert module.app.limits.max_body_size == 65536
+
+
+async def exercise_test_ping(module: ModuleType, aiorest_client: Any) -> None:
+    # The example's own tests, run as pytest would run them; each starts the app.
+    await module.test_ping_without_fixture()
+    await module.test_ping(aiorest_client)
+
+
+EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
+    "hello": exercise_hello,
+    "notes": exercise_notes,
+    "route_table": exercise_route_table,
+    "dates": exercise_dates,
+    "echo": exercise_echo,
+    "replies": exercise_replies,
+    "codec": exercise_codec,
+    "errors": exercise_errors,
+    "lifecycle": exercise_lifecycle,
+    "limits": exercise_limits,
+    "test_ping": exercise_test_ping,
+}
+
+
+def test_every_example_is_exercised() -> None:
+    assert {path.stem for path in EXAMPLES.glob("*.py")} == set(EXERCISES)
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+async def test_example(name: str, aiorest_client: Any, caplog: pytest.LogCaptureFixture) -> None:
+    module = load_example(name)
+    assert isinstance(module.app, aiorest.App), f"docs/examples/{name}.py must define an App named app"
+    exercise = EXERCISES[name]
+    if name == "lifecycle":  # starts its own client, see exercise_lifecycle
+        await exercise(module, None)
+    elif name == "test_ping":
+        await exercise(module, aiorest_client)
+    elif name == "errors":
+        await exercise(module, await aiorest_client(module.app), caplog)
+    else:
+        await exercise(module, await aiorest_client(module.app))
+
+
+# -- the pages ------------------------------------------------------------------------------
+
+
+def test_api_page_covers_the_public_api() -> None:
+    text = (DOCS / "api.rst").read_text()
+    documented = set(re.findall(r"^\.\. auto(?:class|function|exception|data):: (\w+)", text, re.MULTILINE))
+    assert set(aiorest.__all__) - documented == set()
+
+
+def test_literalincludes_point_at_examples() -> None:
+    for page in DOCS.glob("*.rst"):
+        for target in re.findall(r"^\.\. literalinclude:: (\S+)", page.read_text(), re.MULTILINE):
+            assert (DOCS / target).is_file(), f"{page.name} includes a missing file {target}"
+
+
+def test_docs_build_without_warnings(tmp_path: Path) -> None:
+    if importlib.util.find_spec("sphinx") is None:
+        pytest.skip("sphinx is not installed (pip install 'sphinx>=8,<10' 'furo>=2024.1')")
+    command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-b", "html", str(DOCS), str(tmp_path)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}"
+    assert (tmp_path / "index.html").is_file()
