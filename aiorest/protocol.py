@@ -55,6 +55,20 @@ __all__ = ["HttpProtocol", "ServerState"]
 logger = logging.getLogger("aiorest.error")
 
 _STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
+# Statuses whose responses carry a body, as bytes for the fast path.
+_STATUS_BYTES = {code: line.encode() for code, line in _STATUS_LINES.items() if code >= 200 and code not in (204, 304)}
+_CONTENT_TYPES: dict[str, bytes] = {}
+
+
+def _content_type_bytes(media_type: str) -> bytes:
+    encoded = _CONTENT_TYPES.get(media_type)
+    if encoded is None:
+        encoded = media_type.encode("latin-1")
+        if len(_CONTENT_TYPES) < 256:  # bounded: media types are few, but come from user code
+            _CONTENT_TYPES[media_type] = encoded
+    return encoded
+
+
 _METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")}
 _NO_BODY_STATUSES = frozenset({204, 304})
 _LARGE_BODY = 16 * 1024  # above this, head and body go to the socket as two buffers
@@ -79,6 +93,7 @@ class ServerState:
         self.connections: set[HttpProtocol] = set()
         self._server_line = f"Server: {server_header}\r\n" if server_header else ""
         self.header_lines = ""
+        self.header_bytes = b""
         self.json_prefix = b""
         self.now = 0.0
         self._timer: asyncio.TimerHandle | None = None
@@ -96,6 +111,7 @@ class ServerState:
     def refresh(self) -> None:
         """Format this second's Server/Date lines and the head of a JSON 200 with them."""
         self.header_lines = f"{self._server_line}Date: {formatdate(usegmt=True)}\r\n"
+        self.header_bytes = self.header_lines.encode("latin-1")
         self.json_prefix = f"HTTP/1.1 200 OK\r\n{self.header_lines}Content-Type: application/json\r\n".encode("latin-1")
 
     def _tick(self) -> None:
@@ -481,24 +497,36 @@ class HttpProtocol(asyncio.Protocol):
     def _respond(self, request: Request, result: Any) -> Coroutine[Any, Any, None] | None:
         """Write the response; a StreamResponse gives back the coroutine that streams it."""
         result_type = type(result)
-        if (
-            request._plain
-            and (result_type is dict or result_type is list)
-            and request.keep_alive
-            and not self._close_after_queue
-        ):
-            # The common case, a dict answered on a kept-alive HTTP/1.1 connection:
-            # one pre-built head prefix, no Response object.
-            try:
-                payload = self._codec.dumps(result)
-            except Exception:
-                pass  # the general path below logs it and answers 500
-            else:
-                assert self.transport is not None
-                if not self._closed:
-                    self.transport.write(
-                        b"%sContent-Length: %d\r\n\r\n%s" % (self._state.json_prefix, len(payload), payload)
+        if request._plain and request.keep_alive and not self._close_after_queue:
+            # The common cases on a kept-alive HTTP/1.1 connection: a dict, or a
+            # plain Response with a small body. One formatted write, no list of lines.
+            message = None
+            if result_type is dict or result_type is list:
+                try:
+                    payload = self._codec.dumps(result)
+                except Exception:
+                    pass  # the general path below logs it and answers 500
+                else:
+                    message = b"%sContent-Length: %d\r\n\r\n%s" % (self._state.json_prefix, len(payload), payload)
+            elif (
+                result_type is Response
+                and result._headers is None
+                and type(result.body) is bytes
+                and len(result.body) <= _LARGE_BODY
+                and result.media_type.isascii()
+            ):
+                status_line = _STATUS_BYTES.get(result.status)
+                if status_line is not None:
+                    message = b"%s%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+                        status_line,
+                        self._state.header_bytes,
+                        _content_type_bytes(result.media_type),
+                        len(result.body),
+                        result.body,
                     )
+            if message is not None:
+                if not self._closed:
+                    self.transport.write(message)  # type: ignore[union-attr]
                 self._finish(request)
                 return None
         if request._expect_continue and not request._body_done:

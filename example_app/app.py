@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from aiorest import App
@@ -30,5 +31,8 @@ def create_app(database: Database | None = None) -> App:
     return app
 
 
-db = Database(min_size=4, max_size=32)
+db = Database(
+    min_size=int(os.environ.get("DATABASE_POOL_MIN", "4")),
+    max_size=int(os.environ.get("DATABASE_POOL_MAX", "32")),
+)
 app = create_app(db)

@@ -1,0 +1,299 @@
+"""Benchmarks: aiorest against aiohttp.web (and the raw-protocol ceiling), side by side.
+
+    python bench/run.py core --rounds 30            # /json, /plaintext: aiorest, aiohttp, ceiling
+    python bench/run.py db --rounds 10              # TechEmpower DB endpoints on PostgreSQL
+
+Each round starts every contender fresh (one process, pinned to CPU 0), warms it
+up, drives it with wrk (pinned to CPU 1), stops it, and rotates the order of
+contenders from round to round. Results go to bench/out/<time>-<suite>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from stats import Summary, bar_chart, median, paired_ratio, summarise  # noqa: E402
+from wrk import WrkResult, require_wrk, run_wrk  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVERS = Path(__file__).resolve().parent / "servers"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Contender:
+    name: str
+    command: list[str]  # "{port}" is replaced
+
+
+CORE = [
+    Contender("aiorest", [sys.executable, str(SERVERS / "aiorest_app.py"), "--port", "{port}"]),
+    Contender("aiohttp", [sys.executable, str(SERVERS / "aiohttp_app.py"), "--port", "{port}"]),
+    Contender("ceiling", [sys.executable, str(SERVERS / "ceiling.py"), "--port", "{port}"]),
+]
+DB = [
+    Contender(
+        "aiorest",
+        [sys.executable, "-m", "aiorest", "run", "example_app:app", "--port", "{port}", "--log-level", "warning"],
+    ),
+    Contender("aiohttp", [sys.executable, str(SERVERS / "aiohttp_app.py"), "--port", "{port}"]),
+]
+SUITES = {
+    "core": (CORE, ["/json", "/plaintext"]),
+    "db": (DB, ["/db", "/queries?queries=20", "/fortunes", "/updates?queries=20"]),
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime + stime
+    return total / CLOCK_TICKS
+
+
+def postgres_pids() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() in ("postgres", "postmaster"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+class Server:
+    """One contender's process for one round."""
+
+    def __init__(self, contender: Contender, env: dict[str, str]) -> None:
+        self.port = free_port()
+        command = [part.replace("{port}", str(self.port)) for part in contender.command]
+        self.log = Path(f"/tmp/aiorest-bench-{contender.name}-{self.port}.log")
+        self.process = subprocess.Popen(
+            ["taskset", "-c", "0", *command], cwd=ROOT, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT
+        )
+
+    def wait_ready(self, path: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SystemExit(f"server exited with {self.process.returncode}:\n{self.log.read_text()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise SystemExit(f"server did not answer {path} within {timeout:.0f} s:\n{self.log.read_text()}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.unlink(missing_ok=True)
+
+
+def measure(server: Server, path: str, connections: int, seconds: float, db: bool) -> dict[str, float]:
+    url = f"http://127.0.0.1:{server.port}{path}"
+    run_wrk(url, connections=connections, seconds=1)  # warm-up, discarded
+    pg = postgres_pids() if db else []
+    server_cpu, pg_cpu = cpu_seconds([server.process.pid, *child_pids(server.process.pid)]), cpu_seconds(pg)
+    result: WrkResult = run_wrk(url, connections=connections, seconds=seconds)
+    server_cpu = cpu_seconds([server.process.pid, *child_pids(server.process.pid)]) - server_cpu
+    pg_cpu = cpu_seconds(pg) - pg_cpu
+    done = max(result.requests, 1)
+    return {
+        **result.as_dict(),
+        "server_cpu_us_per_request": server_cpu * 1e6 / done,
+        "postgres_cpu_us_per_request": pg_cpu * 1e6 / done if db else math.nan,
+    }
+
+
+def child_pids(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def run_suite(suite: str, rounds: int, seconds: float, levels: list[int], env: dict[str, str]) -> list[dict]:
+    contenders, paths = SUITES[suite]
+    raw: list[dict] = []
+    started = time.monotonic()
+    for round_number in range(rounds):
+        shift = round_number % len(contenders)
+        for contender in contenders[shift:] + contenders[:shift]:
+            server = Server(contender, env)
+            try:
+                server.wait_ready(paths[0])
+                for path in paths:
+                    for connections in levels:
+                        elapsed = time.monotonic() - started
+                        print(
+                            f"round {round_number + 1}/{rounds}  {contender.name:8s} {path:22s} "
+                            f"c={connections:<4d} elapsed {elapsed:6.0f} s",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                        figures = measure(server, path, connections, seconds, db=suite == "db")
+                        raw.append(
+                            {
+                                "round": round_number,
+                                "contender": contender.name,
+                                "path": path,
+                                "connections": connections,
+                                **figures,
+                            }
+                        )
+            finally:
+                server.stop()
+    return raw
+
+
+def summarise_suite(raw: list[dict], suite: str) -> dict:
+    contenders = [c.name for c in SUITES[suite][0]]
+    keys = sorted({(r["path"], r["connections"]) for r in raw}, key=lambda k: (SUITES[suite][1].index(k[0]), k[1]))
+    table: dict = {}
+    for path, connections in keys:
+        cell: dict = {}
+        per = {
+            name: sorted(
+                (r for r in raw if (r["contender"], r["path"], r["connections"]) == (name, path, connections)),
+                key=lambda r: r["round"],
+            )
+            for name in contenders
+        }
+        for name, rows in per.items():
+            rps = summarise([r["requests_per_sec"] for r in rows])
+            cell[name] = {
+                "rps": rps.__dict__,
+                "p99_ms": median([r["p99_ms"] for r in rows]),
+                "errors": sum(r["errors"] for r in rows),
+                "timeouts": sum(r["timeouts"] for r in rows),
+                "server_cpu_us": median([r["server_cpu_us_per_request"] for r in rows]),
+                "postgres_cpu_us": median([r["postgres_cpu_us_per_request"] for r in rows]),
+            }
+        base = [r["requests_per_sec"] for r in per["aiorest"]]
+        for other in contenders[1:]:
+            ratios = [a / b for a, b in zip(base, [r["requests_per_sec"] for r in per[other]], strict=True) if b]
+            cell[f"aiorest/{other}"] = {
+                **paired_ratio(base, [r["requests_per_sec"] for r in per[other]]).__dict__,
+                "median": median(ratios),
+            }
+        table[f"{path} c={connections}"] = cell
+    return {"suite": suite, "contenders": contenders, "table": table}
+
+
+def markdown(summary: dict) -> str:
+    contenders = summary["contenders"]
+    lines = [
+        "| endpoint | "
+        + " | ".join(f"{c} req/s (95% CI)" for c in contenders)
+        + " | "
+        + " | ".join(f"aiorest/{c} (mean, 95% CI; median)" for c in contenders[1:])
+        + " | server CPU µs/req ("
+        + ", ".join(contenders)
+        + ") | p99 ms | errors (timeouts) |",
+        "|" + "---|" * (2 * len(contenders) + 3),
+    ]
+    for key, cell in summary["table"].items():
+        rates = [
+            f"{cell[c]['rps']['mean']:,.0f} ± {(cell[c]['rps']['ci_high'] - cell[c]['rps']['ci_low']) / 2:,.0f}"
+            for c in contenders
+        ]
+        ratios = [
+            f"{cell[f'aiorest/{c}']['mean']:.2f} ({cell[f'aiorest/{c}']['ci_low']:.2f}–"
+            f"{cell[f'aiorest/{c}']['ci_high']:.2f}; {cell[f'aiorest/{c}']['median']:.2f})"
+            for c in contenders[1:]
+        ]
+        cpu = ", ".join(f"{cell[c]['server_cpu_us']:.1f}" for c in contenders)
+        if not math.isnan(cell[contenders[0]]["postgres_cpu_us"]):
+            cpu += " (PostgreSQL: " + ", ".join(f"{cell[c]['postgres_cpu_us']:.0f}" for c in contenders) + ")"
+        p99 = ", ".join(f"{cell[c]['p99_ms']:.1f}" for c in contenders)
+        errors = ", ".join(f"{cell[c]['errors']} ({cell[c]['timeouts']})" for c in contenders)
+        lines.append(f"| {key} | " + " | ".join(rates) + " | " + " | ".join(ratios) + f" | {cpu} | {p99} | {errors} |")
+    return "\n".join(lines)
+
+
+def plot(summary: dict, path: Path) -> bool:
+    keys = list(summary["table"])
+    series = {c: [Summary(**summary["table"][k][c]["rps"]) for k in keys] for c in summary["contenders"]}
+    return bar_chart(path, f"{summary['suite']}: requests/s (95% CI)", keys, series, "requests/s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("suite", choices=sorted(SUITES))
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds of measured load per run")
+    parser.add_argument("--connections", default=None, help="comma-separated levels (core: 64; db: 64,256)")
+    parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL"), help="db suite: a PostgreSQL URL")
+    args = parser.parse_args()
+    require_wrk()
+    levels = [int(x) for x in (args.connections or ("64,256" if args.suite == "db" else "64")).split(",")]
+    env = dict(os.environ)
+    if args.suite == "db":
+        if not args.dsn:
+            raise SystemExit("the db suite needs a database: --dsn postgresql://... or DATABASE_URL")
+        env.update(DATABASE_URL=args.dsn, DATABASE_POOL_MIN="32", DATABASE_POOL_MAX="32", BENCH_POOL_SIZE="32")
+        migrate = subprocess.run(
+            [sys.executable, "-m", "aiorest", "migrate", "--dir", "migrations", "--dsn", args.dsn],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        if migrate.returncode != 0:
+            raise SystemExit(f"cannot migrate the benchmark database: {migrate.stderr}")
+    out = ROOT / "bench" / "out" / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{args.suite}"
+    out.mkdir(parents=True)
+    raw: list[dict] = []
+    try:
+        raw = run_suite(args.suite, args.rounds, args.duration, levels, env)
+    except KeyboardInterrupt:
+        print("interrupted: writing what was measured", file=sys.stderr)
+    finally:
+        (out / "raw.json").write_text(json.dumps(raw, indent=1))
+    if not raw:
+        raise SystemExit("nothing was measured")
+    summary = summarise_suite(raw, args.suite)
+    summary["command"] = " ".join(sys.argv)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    table = markdown(summary)
+    (out / "summary.md").write_text(f"`{summary['command']}`\n\n{table}\n")
+    plotted = plot(summary, out / "throughput.png")
+    print(table)
+    print(f"\nwritten to {out}" + ("" if plotted else " (no PNG: pip install matplotlib)"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Statistics and plots for benchmark rounds: mean, spread, 95% CI, paired ratios."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Summary", "summarise", "paired_ratio", "bar_chart", "line_chart"]
+
+
+def _t_critical(df: int) -> float:
+    """Two-sided 95% Student's t critical value."""
+    try:
+        from scipy.stats import t
+    except ImportError:  # the usual table, close enough past 30
+        table = {
+            1: 12.706,
+            2: 4.303,
+            3: 3.182,
+            4: 2.776,
+            5: 2.571,
+            6: 2.447,
+            7: 2.365,
+            8: 2.306,
+            9: 2.262,
+            10: 2.228,
+            12: 2.179,
+            15: 2.131,
+            20: 2.086,
+            25: 2.060,
+            30: 2.042,
+            40: 2.021,
+            60: 2.000,
+        }
+        return next((value for limit, value in sorted(table.items()) if df <= limit), 1.96)
+    return float(t.ppf(0.975, df))
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    mean: float
+    std: float
+    ci_low: float
+    ci_high: float
+
+    @property
+    def half_width(self) -> float:
+        return (self.ci_high - self.ci_low) / 2
+
+
+def summarise(values: Sequence[float]) -> Summary:
+    """Mean, sample standard deviation and the 95% confidence interval of the mean."""
+    n = len(values)
+    if n == 0:
+        return Summary(0, math.nan, math.nan, math.nan, math.nan)
+    mean = statistics.fmean(values)
+    if n == 1:
+        return Summary(1, mean, 0.0, mean, mean)
+    std = statistics.stdev(values)
+    half = _t_critical(n - 1) * std / math.sqrt(n)
+    return Summary(n, mean, std, mean - half, mean + half)
+
+
+def paired_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> Summary:
+    """Statistics of the per-round ratios (rounds are interleaved, so they pair)."""
+    ratios = [a / b for a, b in zip(numerators, denominators, strict=True) if b > 0]
+    return summarise(ratios)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def bar_chart(path: Path, title: str, groups: list[str], series: dict[str, list[Summary]], ylabel: str) -> bool:
+    """Grouped bars with 95% CI error bars; False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(groups) * len(series) / 2), 4.5))
+    width = 0.8 / max(1, len(series))
+    for i, (name, summaries) in enumerate(series.items()):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        means = [s.mean for s in summaries]
+        errors = [s.half_width for s in summaries]
+        ax.bar(xs, means, width, yerr=errors, capsize=3, label=name)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def line_chart(
+    path: Path, title: str, xs: list[float], series: dict[str, list[Summary]], xlabel: str, ylabel: str, log_x: bool
+) -> bool:
+    """One line per series with 95% CI bands; False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, summaries in series.items():
+        means = [s.mean for s in summaries]
+        ax.errorbar(xs, means, yerr=[s.half_width for s in summaries], marker="o", capsize=3, label=name)
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
