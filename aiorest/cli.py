@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
         "--unix-mode", type=lambda text: int(text, 8), default=0o666, help="unix socket mode (default 666)"
     )
     run.add_argument("--backlog", type=int, default=2048, help="listen backlog (default 2048)")
+    run.add_argument("--loop-lag-report", metavar="FILE", help="write event-loop lag percentiles (JSON) at exit")
     run.add_argument(
         "--graceful-timeout", type=float, default=30.0, help="seconds to finish requests on SIGTERM (default 30)"
     )
@@ -91,7 +92,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.command == "run":
         app = load_app(args.app)
-        options = {"log_level": args.log_level, "backlog": args.backlog, "graceful_timeout": args.graceful_timeout}
+        options = {
+            "log_level": args.log_level,
+            "backlog": args.backlog,
+            "graceful_timeout": args.graceful_timeout,
+            "loop_lag_report": args.loop_lag_report,
+        }
         if args.workers == 1:
             app.run(host=args.host, port=args.port, unix=args.unix, unix_mode=args.unix_mode, **options)
             return

@@ -443,6 +443,10 @@ class Database(_Queries):
                 return
         self._idle.append(connection)
 
+    def _drop_idle(self) -> None:
+        while self._idle:
+            self._discard(self._idle.popleft())
+
     def _discard(self, connection: _Connection) -> None:
         self._size -= 1
         if not connection.conn.closed:
@@ -482,7 +486,10 @@ class Database(_Queries):
                 return await connection.execute(sql, params)
             except psycopg2.Error as exc:
                 # A connection that died with its backend (restart, pg_terminate_backend)
-                # fails on first use; a read is safe to try once more on a fresh one.
+                # fails on first use. Its idle siblings most likely died with it: drop
+                # them, and try a read once more on a fresh connection.
+                if connection.broken:
+                    self._drop_idle()
                 if attempt == 1 and connection.broken and _is_read(sql):
                     continue
                 raise _translate(exc) from exc

@@ -348,9 +348,13 @@ class HttpProtocol(asyncio.Protocol):
         http_version = "1.1" if keep_alive and not self._connection_header else parser.get_http_version()
         target = self._url
         head_error: HTTPError | None = None
-        if target[:1] != b"/":
+        if not target.startswith(b"/"):
             target = _origin_form(target)
-        raw_path, _, query = target.partition(b"?")
+        if b"?" in target:
+            raw_path, _, query_bytes = target.partition(b"?")
+            query = query_bytes.decode("latin-1")
+        else:
+            raw_path, query = target, ""
         path = raw_path.decode("latin-1")
         if "%" in path:
             try:
@@ -361,7 +365,7 @@ class HttpProtocol(asyncio.Protocol):
             _METHODS.get(method) or method.decode("ascii"),
             path,
             raw_path,
-            query.decode("latin-1"),
+            query,
             http_version,
             self._raw_headers,
             self._app,

@@ -31,12 +31,15 @@ class Response:
         headers: Mapping[str, str] | None = None,
         media_type: str | None = None,
     ) -> None:
-        if isinstance(body, str):
-            body = body.encode()
-            if media_type is None:
-                media_type = "text/plain"
-        elif not isinstance(body, (bytes, bytearray, memoryview)):
-            raise TypeError(f"Response body must be bytes or str, not {type(body).__name__}; use JSONResponse for data")
+        if type(body) is not bytes:
+            if isinstance(body, str):
+                body = body.encode()
+                if media_type is None:
+                    media_type = "text/plain"
+            elif not isinstance(body, (bytes, bytearray, memoryview)):
+                raise TypeError(
+                    f"Response body must be bytes or str, not {type(body).__name__}; use JSONResponse for data"
+                )
         self.status = status
         self.body: bytes | bytearray | memoryview = body
         self.media_type = _with_charset(media_type or "application/octet-stream")
@@ -149,7 +152,16 @@ class StreamResponse(Response):
         self.content = content
 
 
+_MEDIA_TYPES: dict[str, str] = {}
+
+
 def _with_charset(media_type: str) -> str:
-    if media_type.startswith("text/") and "charset" not in media_type:
-        return media_type + "; charset=utf-8"
-    return media_type
+    # Cached: a handler builds a Response per request with the same few types.
+    full = _MEDIA_TYPES.get(media_type)
+    if full is None:
+        full = media_type
+        if media_type.startswith("text/") and "charset" not in media_type:
+            full = media_type + "; charset=utf-8"
+        if len(_MEDIA_TYPES) < 256:  # bounded: the types come from user code
+            _MEDIA_TYPES[media_type] = full
+    return full

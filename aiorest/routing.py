@@ -12,6 +12,7 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
@@ -28,6 +29,7 @@ _H = TypeVar("_H", bound=Handler)
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
+_NO_PARAMS: Mapping[str, Any] = MappingProxyType({})  # shared by every static route: read-only
 _PARAM_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::([A-Za-z_][A-Za-z0-9_]*))?\}")
 
 
@@ -82,8 +84,10 @@ class _RouteDecorators:
 
     def route(self, path: str, methods: Iterable[str] = ("GET",), *, name: str | None = None) -> Callable[[_H], _H]:
         """Register the decorated handler for ``path`` and every method in ``methods``."""
+        if isinstance(methods, str):
+            raise TypeError(f"methods must be a list of method names, e.g. [{methods!r}], not a string")
         methods = list(methods)
-        if isinstance(methods, str) or not methods:
+        if not methods:
             raise TypeError("methods must be a non-empty list of method names, e.g. ['GET', 'POST']")
 
         def decorator(handler: _H) -> _H:
@@ -280,7 +284,7 @@ class RouteTable:
                 continue
         return None
 
-    def resolve(self, method: str, path: str) -> tuple[Route | None, dict[str, Any], frozenset[str]]:
+    def resolve(self, method: str, path: str) -> tuple[Route | None, Mapping[str, Any], frozenset[str]]:
         """Find the route for ``method`` and ``path``.
 
         Returns ``(route, path_params, allow)``; ``route`` is None for an OPTIONS
@@ -291,8 +295,8 @@ class RouteTable:
         if entry is not None:
             route = entry.methods.get(method)
             if route is not None:
-                return route, {}, entry.allow
-            params: dict[str, Any] = {}
+                return route, _NO_PARAMS, entry.allow
+            params: Mapping[str, Any] = _NO_PARAMS
         else:
             found = self._match(path)
             if found is None:
@@ -304,8 +308,8 @@ class RouteTable:
         return self._resolve_other_method(method, path, entry, params)
 
     def _resolve_other_method(
-        self, method: str, path: str, entry: _PathEntry, params: dict[str, Any]
-    ) -> tuple[Route | None, dict[str, Any], frozenset[str]]:
+        self, method: str, path: str, entry: _PathEntry, params: Mapping[str, Any]
+    ) -> tuple[Route | None, Mapping[str, Any], frozenset[str]]:
         # Slow path: HEAD, OPTIONS, or another template that also matches this path.
         allow = set(entry.allow)
         for other in self._dynamic:

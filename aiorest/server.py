@@ -11,6 +11,7 @@ import socket
 import stat
 from typing import TYPE_CHECKING
 
+from .lag import LoopLagMonitor
 from .limits import Limits
 from .protocol import HttpProtocol, ServerState
 
@@ -53,9 +54,12 @@ class Server:
         server_header: str | None = "aiorest",
         reuse_port: bool = False,
         graceful_timeout: float = 30.0,
+        loop_lag_report: str | None = None,
     ) -> None:
         self.app = app
         self.graceful_timeout = graceful_timeout
+        self.loop_lag_report = loop_lag_report
+        self._lag = LoopLagMonitor() if loop_lag_report else None
         self.host = host
         self.port = port
         self.unix = unix
@@ -75,6 +79,8 @@ class Server:
         self._started = True
         try:
             self._state.start(loop)
+            if self._lag is not None:
+                self._lag.start(loop)
 
             def factory() -> HttpProtocol:
                 return HttpProtocol(self.app, self._state, self.limits, loop)
@@ -125,6 +131,9 @@ class Server:
             await self._server.wait_closed()
             self._server = None
         self._state.stop()
+        if self._lag is not None and self.loop_lag_report:
+            self._lag.stop()
+            self._lag.write(self.loop_lag_report)
         if self.unix is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.unix)
@@ -161,6 +170,7 @@ def run(
     unix_mode: int = 0o666,
     backlog: int = 2048,
     graceful_timeout: float = 30.0,
+    loop_lag_report: str | None = None,
 ) -> None:
     """Serve ``app`` until SIGINT or SIGTERM, on uvloop when it is installed.
 
@@ -178,6 +188,7 @@ def run(
         server_header=server_header,
         reuse_port=reuse_port,
         graceful_timeout=graceful_timeout,
+        loop_lag_report=loop_lag_report,
     )
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         runner.run(server.serve_forever())

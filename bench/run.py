@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: bench/ is a package
 
-from stats import Summary, bar_chart, median, paired_ratio, summarise  # noqa: E402
-from wrk import WrkResult, require_wrk, run_wrk  # noqa: E402
+from bench.stats import Summary, bar_chart, median, paired_ratio, summarise  # noqa: E402
+from bench.wrk import WrkResult, require_wrk, run_wrk  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = Path(__file__).resolve().parent / "servers"

@@ -91,7 +91,7 @@ def bar_chart(path: Path, title: str, groups: list[str], series: dict[str, list[
         means = [s.mean for s in summaries]
         errors = [s.half_width for s in summaries]
         ax.bar(xs, means, width, yerr=errors, capsize=3, label=name)
-    ax.set_xticks(range(len(groups)), groups)
+    ax.set_xticks(range(len(groups)), groups, rotation=20, ha="right")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend()

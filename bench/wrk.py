@@ -51,7 +51,8 @@ def parse(output: str) -> WrkResult:
     if total is None or rate is None:
         raise ValueError(f"cannot read wrk's output:\n{output}")
     seconds = float(total.group(2)) * _UNITS[total.group(3)] / 1000
-    percentiles = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", output, re.MULTILINE))
+    # wrk pads values of a second or more with a trailing space
+    percentiles = dict(re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", output, re.MULTILINE))
     socket = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output)
     errors = [int(x) for x in socket.groups()] if socket else [0, 0, 0, 0]
     non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)

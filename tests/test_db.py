@@ -224,3 +224,40 @@ async def test_open_without_a_dsn_says_what_to_do(monkeypatch):
     monkeypatch.delenv("DATABASE_URL", raising=False)
     with pytest.raises(RuntimeError, match="DATABASE_URL"):
         await Database().open()
+
+
+async def test_survives_a_postgresql_restart(tmp_path_factory):
+    pgserver = pytest.importorskip("pgserver")
+    directory = tmp_path_factory.mktemp("restart-pg")
+    server = pgserver.get_server(str(directory), cleanup_mode="delete")
+    try:
+        app = App()
+        db = Database(str(server.get_uri()), min_size=2, max_size=4, acquire_timeout=1)
+        db.setup(app)
+
+        @app.get("/one")
+        async def one(request: Request) -> dict[str, int]:
+            return {"one": await db.fetchval("SELECT 1")}
+
+        from aiorest.testing import TestClient
+
+        def restart() -> None:
+            pgserver.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=directory, user=server.system_user, timeout=30)
+
+        async with TestClient(app) as client:
+            async with client.get("/one") as response:
+                assert response.status == 200
+            restarting = asyncio.create_task(asyncio.to_thread(restart))
+            statuses = []
+            while not restarting.done():
+                async with client.get("/one") as response:
+                    statuses.append(response.status)
+                    assert response.status in (200, 503), await response.text()  # never a 500
+                await asyncio.sleep(0.02)
+            await restarting
+            for _ in range(5):  # back by itself, no manual step
+                async with client.get("/one") as response:
+                    assert response.status == 200
+            assert statuses, "no request was made while PostgreSQL restarted"
+    finally:
+        server.cleanup()

@@ -290,7 +290,28 @@ async def exercise_test_ping(module: ModuleType, aiorest_client: Any) -> None:
     await module.test_ping(aiorest_client)
 
 
+async def exercise_inventory(module: ModuleType, client: Any) -> None:
+    async with client.post("/stock/apple") as response:
+        assert response.status == 200 and await response.json() == {"sku": "apple", "qty": 0}
+    async with client.post("/stock/apple") as response:
+        assert response.status == 409
+        assert (await response.json())["error"]["details"] == {"constraint": "stock_pkey"}
+    await client.post("/stock/pear")
+    async with client.post("/stock/apple/move/pear") as response:
+        assert response.status == 422  # qty would go below zero: the CHECK refuses it
+    await module.db.execute("UPDATE stock SET qty = 1 WHERE sku = 'apple'")
+    async with client.post("/stock/apple/move/plum") as response:
+        assert response.status == 404  # and the first update was rolled back
+    async with client.get("/stock/apple") as response:
+        assert await response.json() == {"sku": "apple", "qty": 1}
+    async with client.post("/stock/apple/move/pear") as response:
+        assert response.status == 200
+    async with client.get("/stock/pear") as response:
+        assert await response.json() == {"sku": "pear", "qty": 1}
+
+
 EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
+    "inventory": exercise_inventory,
     "hello": exercise_hello,
     "notes": exercise_notes,
     "route_table": exercise_route_table,
@@ -310,7 +331,12 @@ def test_every_example_is_exercised() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(EXERCISES))
-async def test_example(name: str, aiorest_client: Any, caplog: pytest.LogCaptureFixture) -> None:
+async def test_example(
+    name: str, aiorest_client: Any, caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest
+) -> None:
+    if name == "inventory":  # needs PostgreSQL: a fresh database, through $DATABASE_URL
+        monkeypatch = request.getfixturevalue("monkeypatch")
+        monkeypatch.setenv("DATABASE_URL", request.getfixturevalue("database_url"))
     module = load_example(name)
     assert isinstance(module.app, aiorest.App), f"docs/examples/{name}.py must define an App named app"
     exercise = EXERCISES[name]

@@ -1,0 +1,1 @@
+"""Benchmarks: bench/run.py (see bench/README.md)."""

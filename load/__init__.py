@@ -1,0 +1,1 @@
+"""The load suite: `python -m load compare` (see load/README.md)."""

@@ -1,0 +1,242 @@
+"""``python -m load compare``: aiorest against the threaded baselines, round after round.
+
+For each round and each load level, every target is started fresh (one process
+on CPU 0, same database, same pool size), warmed up, loaded (locust or wrk on
+CPU 1) and stopped; targets are interleaved and their order rotates. The
+results go to ``load/out/<time>/``: raw.json, summary.json, summary.md and PNGs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg2
+
+from bench.stats import Summary, bar_chart, line_chart, median, paired_ratio, summarise
+
+from .generators import FLOWS, LoadResult, run_locust, run_wrk_mix
+from .targets import TARGETS, RunningServer, ServerError
+
+OUT = Path(__file__).resolve().parent / "out"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m load compare", description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", default="aiorest,threaded", help=f"comma-separated: {', '.join(TARGETS)}")
+    parser.add_argument("--users", default="10,100,1000", help="load levels: locust users or wrk connections")
+    parser.add_argument("--flow", choices=sorted(FLOWS), default="tfb")
+    parser.add_argument("--tool", choices=["locust", "wrk"], default="locust")
+    parser.add_argument("--duration", type=int, default=30, help="seconds of measured load per run")
+    parser.add_argument("--warmup", type=int, default=3, help="seconds of discarded load before each run")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--load-workers", type=int, default=1, help="locust processes (a master and N workers)")
+    parser.add_argument("--pool", type=int, default=32, help="database connections per server")
+    parser.add_argument("--queries", type=int, default=20, help="N for /queries and /updates")
+    parser.add_argument("--think", default="0,0", help="locust think time, min,max seconds")
+    parser.add_argument("--dsn", help="a PostgreSQL URL for a migrated database (default $DATABASE_URL)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    return parser.parse_args(argv)
+
+
+def check_database(dsn: str | None) -> str:
+    import os
+    import subprocess
+
+    dsn = dsn or os.environ.get("DATABASE_URL")
+    if not dsn:
+        raise SystemExit("no database: pass --dsn postgresql://... or set DATABASE_URL")
+    try:
+        psycopg2.connect(dsn, connect_timeout=5).close()
+    except psycopg2.Error as exc:
+        raise SystemExit(f"cannot reach the database at {dsn}: {exc}") from None
+    root = Path(__file__).resolve().parent.parent
+    migrate = subprocess.run([sys.executable, "-m", "aiorest", "migrate", "--dir", "migrations", "--dsn", dsn],
+                             cwd=root, capture_output=True, text=True)
+    if migrate.returncode != 0:
+        raise SystemExit(f"cannot migrate the database: {migrate.stderr.strip()}")
+    return dsn
+
+
+def raise_file_limit() -> int:
+    """Thousands of connections need thousands of descriptors, in us and in the servers we start."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def one_run(args: argparse.Namespace, server: RunningServer, level: int) -> LoadResult:
+    think = tuple(float(x) for x in args.think.split(","))
+    if args.tool == "wrk":
+        run_wrk_mix(server.url, flow=args.flow, connections=min(level, 100), seconds=args.warmup * 2,
+                    queries=args.queries)
+        return run_wrk_mix(server.url, flow=args.flow, connections=level, seconds=args.duration,
+                           queries=args.queries)
+    run_locust(server.url, flow=args.flow, users=min(level, 50), seconds=args.warmup, processes=args.load_workers,
+               think=(think[0], think[1]), queries=args.queries)
+    return run_locust(server.url, flow=args.flow, users=level, seconds=args.duration, processes=args.load_workers,
+                      think=(think[0], think[1]), queries=args.queries)
+
+
+def measure(args: argparse.Namespace, dsn: str, targets: list[str], levels: list[int], raw: list[dict]) -> None:
+    runs = args.rounds * len(levels) * len(targets)
+    started = time.monotonic()
+    done = 0
+    for round_number in range(args.rounds):
+        for level in levels:
+            shift = (round_number + levels.index(level)) % len(targets)
+            for name in targets[shift:] + targets[:shift]:
+                done += 1
+                print(f"[{done}/{runs}] round {round_number + 1}/{args.rounds}  {name:9s} level {level:<6d} "
+                      f"elapsed {time.monotonic() - started:5.0f} s", file=sys.stderr, flush=True)
+                server = RunningServer(TARGETS[name], dsn, args.pool)
+                lag = None
+                try:
+                    server.wait_ready()
+                    result = one_run(args, server, level)
+                finally:
+                    lag = server.stop()
+                raw.append({"round": round_number, "target": name, "level": level, **result.as_dict(),
+                            "loop_lag": lag})
+                flag = "  (generator-bound)" if result.generator_bound else ""
+                print(f"        {result.requests_per_sec:9.0f} req/s  failures {result.failure_rate:.2%}  "
+                      f"p99 {result.p99_ms:.0f} ms{flag}", file=sys.stderr, flush=True)
+
+
+def summarise_runs(raw: list[dict], targets: list[str], levels: list[int]) -> dict:
+    cells: dict[str, dict] = {}
+    for level in levels:
+        row: dict = {}
+        per = {t: sorted((r for r in raw if r["target"] == t and r["level"] == level), key=lambda r: r["round"])
+               for t in targets}
+        for target, runs in per.items():
+            if not runs:
+                continue
+            lags = [r["loop_lag"] for r in runs if r.get("loop_lag")]
+            row[target] = {
+                "rps": summarise([r["requests_per_sec"] for r in runs]).__dict__,
+                "p50_ms": median([r["p50_ms"] for r in runs]),
+                "p99_ms": median([r["p99_ms"] for r in runs]),
+                "failure_rate": sum(r["failures"] for r in runs) / max(1, sum(r["requests"] for r in runs)),
+                "failures": sum(r["failures"] for r in runs),
+                "generator_cpu": median([r["generator_cpu"] for r in runs]),
+                "generator_bound_runs": sum(1 for r in runs if r["generator_bound"]),
+                "loop_lag": {k: median([lag[k] for lag in lags]) for k in ("p50_ms", "p99_ms", "max_ms")}
+                if lags else None,
+            }
+        if "aiorest" in per and per["aiorest"]:
+            for other in targets:
+                if other != "aiorest" and per.get(other):
+                    pairs = [(a["requests_per_sec"], b["requests_per_sec"])
+                             for a, b in zip(per["aiorest"], per[other], strict=False)]
+                    row[f"aiorest/{other}"] = paired_ratio([a for a, _ in pairs], [b for _, b in pairs]).__dict__
+        cells[str(level)] = row
+    return {"targets": targets, "levels": levels, "cells": cells}
+
+
+def markdown(summary: dict, command: str, tool: str) -> str:
+    unit = "connections" if tool == "wrk" else "users"
+    lines = [f"`{command}`", "",
+             f"| {unit} | target | req/s mean ± std | 95% CI | p50 ms | p99 ms | failure rate | generator CPU "
+             "| loop lag p50/p99/max ms |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for level, row in summary["cells"].items():
+        for target in summary["targets"]:
+            cell = row.get(target)
+            if cell is None:
+                continue
+            rps = cell["rps"]
+            lag = cell["loop_lag"]
+            lag_text = f"{lag['p50_ms']:.1f} / {lag['p99_ms']:.1f} / {lag['max_ms']:.0f}" if lag else "–"
+            gen = "–" if math.isnan(cell["generator_cpu"]) else f"{cell['generator_cpu']:.0%}"
+            if cell["generator_bound_runs"]:
+                gen += f" (bound in {cell['generator_bound_runs']})"
+            lines.append(
+                f"| {level} | {target} | {rps['mean']:,.0f} ± {rps['std']:,.0f} | {rps['ci_low']:,.0f}–"
+                f"{rps['ci_high']:,.0f} | {cell['p50_ms']:.0f} | {cell['p99_ms']:.0f} | {cell['failure_rate']:.3%} "
+                f"({cell['failures']}) | {gen} | {lag_text} |"
+            )
+        for key, ratio in row.items():
+            if key.startswith("aiorest/"):
+                lines.append(f"| {level} | **{key}** | **{ratio['mean']:.2f}×** | {ratio['ci_low']:.2f}–"
+                             f"{ratio['ci_high']:.2f} | | | | | |")
+    return "\n".join(lines)
+
+
+def plot(summary: dict, out: Path, tool: str) -> list[str]:
+    unit = "connections" if tool == "wrk" else "concurrent users"
+    targets, levels = summary["targets"], summary["levels"]
+
+    def series(key: str) -> dict[str, list[Summary]]:
+        result = {}
+        for target in targets:
+            values = []
+            for level in levels:
+                cell = summary["cells"][str(level)].get(target)
+                if cell is None:
+                    values.append(Summary(0, math.nan, math.nan, math.nan, math.nan))
+                elif key == "rps":
+                    values.append(Summary(**cell["rps"]))
+                else:
+                    values.append(Summary(1, cell[key] * (100 if key == "failure_rate" else 1), 0.0,
+                                          cell[key] * (100 if key == "failure_rate" else 1),
+                                          cell[key] * (100 if key == "failure_rate" else 1)))
+            result[target] = values
+        return result
+
+    written = []
+    if bar_chart(out / "throughput_bars.png", "Throughput (95% CI)", [str(x) for x in levels], series("rps"),
+                 "requests/s"):
+        written.append("throughput_bars.png")
+    for name, key, label in (("throughput", "rps", "requests/s"), ("failures", "failure_rate", "failed requests (%)"),
+                             ("p99", "p99_ms", "p99 latency (ms)")):
+        if line_chart(out / f"{name}_vs_users.png", f"{label} against {unit}", [float(x) for x in levels],
+                      series(key), unit, label, log_x=True):
+            written.append(f"{name}_vs_users.png")
+    return written
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    unknown = [t for t in targets if t not in TARGETS]
+    if unknown:
+        raise SystemExit(f"unknown target(s) {unknown}; choose from {sorted(TARGETS)}")
+    levels = [int(x) for x in args.users.split(",")]
+    dsn = check_database(args.dsn)
+    limit = raise_file_limit()
+    if max(levels) + 100 > limit:
+        print(f"warning: the file-descriptor limit is {limit}; {max(levels)} connections need more", file=sys.stderr)
+    out = args.out / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+    out.mkdir(parents=True)
+    command = "python -m load compare " + " ".join(argv)
+    raw: list[dict] = []
+    status = 0
+    try:
+        measure(args, dsn, targets, levels, raw)
+    except KeyboardInterrupt:
+        print("interrupted: writing what was measured", file=sys.stderr)
+        status = 130
+    except ServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        status = 1
+    (out / "raw.json").write_text(json.dumps(raw, indent=1))
+    if not raw:
+        print(f"nothing was measured; see {out}", file=sys.stderr)
+        return status or 1
+    summary = summarise_runs(raw, targets, levels)
+    summary.update(command=command, tool=args.tool, flow=args.flow, duration=args.duration, rounds=args.rounds)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    table = markdown(summary, command, args.tool)
+    (out / "summary.md").write_text(table + "\n")
+    pngs = plot(summary, out, args.tool)
+    print(table)
+    print(f"\nwritten to {out}: raw.json summary.json summary.md {' '.join(pngs)}")
+    return status

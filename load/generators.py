@@ -1,0 +1,162 @@
+"""The load generators: locust (user flows) and wrk (raw throughput), with their own CPU use."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bench.wrk import run_wrk
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
+FLOWS = {"tfb": ["TechEmpowerUser"], "notes": ["BrowsingUser", "WritingUser"], "all": []}
+TFB_PATHS = ["/json", "/db", "/queries?queries={n}", "/fortunes", "/updates?queries={n}"]
+_BOOKKEEPING = {"seed", "cleanup"}  # the run's own setup requests, not load
+_CLOCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    requests: int
+    failures: int
+    seconds: float
+    requests_per_sec: float
+    p50_ms: float
+    p99_ms: float
+    generator_cpu: float  # busy share of the generator's cores, 0..1
+    generator_bound: bool
+    per_endpoint: dict[str, dict[str, float]]
+
+    @property
+    def failure_rate(self) -> float:
+        return self.failures / self.requests if self.requests else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {**asdict(self), "failure_rate": self.failure_rate}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time of a process and of its children (locust's workers), in seconds."""
+    total = 0.0
+    pids = [pid]
+    while pids:
+        current = pids.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / _CLOCK
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pids += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return total
+
+
+def _percentile(histogram: dict[int, int], fraction: float) -> float:
+    total = sum(histogram.values())
+    if not total:
+        return float("nan")
+    running = 0
+    for value in sorted(histogram):
+        running += histogram[value]
+        if running >= fraction * total:
+            return float(value)
+    return float(max(histogram))
+
+
+def run_locust(
+    url: str, *, flow: str, users: int, seconds: int, processes: int, think: tuple[float, float], queries: int,
+    cpu: int | None = 1,
+) -> LoadResult:
+    """A headless locust run; totals come from its JSON file (the CSV misses the last second)."""
+    with tempfile.TemporaryDirectory(prefix="aiorest-locust-") as directory:
+        base = Path(directory) / "run"
+        command = [
+            sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", url,
+            "-u", str(users), "-r", str(max(1, min(users, 200))), "-t", f"{seconds}s",
+            "--json-file", str(base), "--only-summary", "--stop-timeout", "5",
+            "--think-min", str(think[0]), "--think-max", str(think[1]), "--tfb-queries", str(queries),
+            "--loglevel", "WARNING", *FLOWS[flow],
+        ]
+        if processes > 1:
+            command[3:3] = ["--processes", str(processes)]
+        if cpu is not None and shutil.which("taskset"):
+            command = ["taskset", "-c", str(cpu), *command]
+        started = time.monotonic()
+        process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        cpu_before, cpu_after = _cpu_seconds(process.pid), 0.0
+        while process.poll() is None:  # sample while it runs: workers are gone at the end
+            cpu_after = max(cpu_after, _cpu_seconds(process.pid))
+            time.sleep(0.5)
+        wall = time.monotonic() - started
+        stderr = process.stderr.read() if process.stderr else ""
+        stats_file = base.with_suffix(".json")
+        if not stats_file.exists():
+            raise RuntimeError(f"locust wrote no results (exit {process.returncode}):\n{stderr[-3000:]}")
+        entries = [e for e in json.loads(stats_file.read_text()) if e["name"] not in _BOOKKEEPING]
+    busy = (cpu_after - cpu_before) / (wall * max(1, processes))
+    return _summarise_locust(entries, busy)
+
+
+def _summarise_locust(entries: list[dict], busy: float) -> LoadResult:
+    requests = sum(e["num_requests"] for e in entries)
+    failures = sum(e["num_failures"] for e in entries)
+    start = min((e["start_time"] for e in entries), default=0.0)
+    end = max((e["last_request_timestamp"] or 0.0 for e in entries), default=0.0)
+    seconds = max(end - start, 1e-9)
+    histogram: dict[int, int] = {}
+    per_endpoint = {}
+    for entry in entries:
+        times = {int(k): v for k, v in entry["response_times"].items()}
+        for value, count in times.items():
+            histogram[value] = histogram.get(value, 0) + count
+        per_endpoint[f"{entry['method']} {entry['name']}"] = {
+            "requests": entry["num_requests"],
+            "failures": entry["num_failures"],
+            "p99_ms": _percentile(times, 0.99),
+        }
+    return LoadResult(
+        requests=requests,
+        failures=failures,
+        seconds=seconds,
+        requests_per_sec=requests / seconds,
+        p50_ms=_percentile(histogram, 0.50),
+        p99_ms=_percentile(histogram, 0.99),
+        generator_cpu=busy,
+        generator_bound=busy > 0.9,
+        per_endpoint=per_endpoint,
+    )
+
+
+def run_wrk_mix(url: str, *, flow: str, connections: int, seconds: int, queries: int) -> LoadResult:
+    """wrk on each endpoint of the flow in turn, ``seconds`` split between them."""
+    paths = [p.format(n=queries) for p in TFB_PATHS] if flow != "notes" else ["/notes?limit=10"]
+    share = max(2, seconds // len(paths))
+    results = {}
+    for path in paths:
+        results[path] = run_wrk(url + path, connections=connections, seconds=share, timeout_s=10)
+    requests = sum(r.requests for r in results.values())
+    failures = sum(r.errors for r in results.values())
+    elapsed = sum(r.seconds for r in results.values())
+    return LoadResult(
+        requests=requests,
+        failures=failures,
+        seconds=elapsed,
+        requests_per_sec=requests / elapsed if elapsed else 0.0,
+        p50_ms=max(r.p50_ms for r in results.values()),
+        p99_ms=max(r.p99_ms for r in results.values()),
+        generator_cpu=float("nan"),
+        generator_bound=False,
+        per_endpoint={
+            path: {"requests": r.requests, "failures": r.errors, "timeouts": r.timeouts, "rps": r.requests_per_sec,
+                   "p99_ms": r.p99_ms, "socket_errors": r.connect_errors + r.read_errors + r.write_errors,
+                   "non_2xx": r.non_2xx}
+            for path, r in results.items()
+        },
+    )
