@@ -57,8 +57,12 @@ def check_database(dsn: str | None) -> str:
     except psycopg2.Error as exc:
         raise SystemExit(f"cannot reach the database at {dsn}: {exc}") from None
     root = Path(__file__).resolve().parent.parent
-    migrate = subprocess.run([sys.executable, "-m", "aiorest", "migrate", "--dir", "migrations", "--dsn", dsn],
-                             cwd=root, capture_output=True, text=True)
+    migrate = subprocess.run(
+        [sys.executable, "-m", "aiorest", "migrate", "--dir", "migrations", "--dsn", dsn],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
     if migrate.returncode != 0:
         raise SystemExit(f"cannot migrate the database: {migrate.stderr.strip()}")
     return dsn
@@ -75,14 +79,28 @@ def raise_file_limit() -> int:
 def one_run(args: argparse.Namespace, server: RunningServer, level: int) -> LoadResult:
     think = tuple(float(x) for x in args.think.split(","))
     if args.tool == "wrk":
-        run_wrk_mix(server.url, flow=args.flow, connections=min(level, 100), seconds=args.warmup * 2,
-                    queries=args.queries)
-        return run_wrk_mix(server.url, flow=args.flow, connections=level, seconds=args.duration,
-                           queries=args.queries)
-    run_locust(server.url, flow=args.flow, users=min(level, 50), seconds=args.warmup, processes=args.load_workers,
-               think=(think[0], think[1]), queries=args.queries)
-    return run_locust(server.url, flow=args.flow, users=level, seconds=args.duration, processes=args.load_workers,
-                      think=(think[0], think[1]), queries=args.queries)
+        run_wrk_mix(
+            server.url, flow=args.flow, connections=min(level, 100), seconds=args.warmup * 2, queries=args.queries
+        )
+        return run_wrk_mix(server.url, flow=args.flow, connections=level, seconds=args.duration, queries=args.queries)
+    run_locust(
+        server.url,
+        flow=args.flow,
+        users=min(level, 50),
+        seconds=args.warmup,
+        processes=args.load_workers,
+        think=(think[0], think[1]),
+        queries=args.queries,
+    )
+    return run_locust(
+        server.url,
+        flow=args.flow,
+        users=level,
+        seconds=args.duration,
+        processes=args.load_workers,
+        think=(think[0], think[1]),
+        queries=args.queries,
+    )
 
 
 def measure(args: argparse.Namespace, dsn: str, targets: list[str], levels: list[int], raw: list[dict]) -> None:
@@ -94,8 +112,12 @@ def measure(args: argparse.Namespace, dsn: str, targets: list[str], levels: list
             shift = (round_number + levels.index(level)) % len(targets)
             for name in targets[shift:] + targets[:shift]:
                 done += 1
-                print(f"[{done}/{runs}] round {round_number + 1}/{args.rounds}  {name:9s} level {level:<6d} "
-                      f"elapsed {time.monotonic() - started:5.0f} s", file=sys.stderr, flush=True)
+                print(
+                    f"[{done}/{runs}] round {round_number + 1}/{args.rounds}  {name:9s} level {level:<6d} "
+                    f"elapsed {time.monotonic() - started:5.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 server = RunningServer(TARGETS[name], dsn, args.pool)
                 lag = None
                 try:
@@ -103,19 +125,24 @@ def measure(args: argparse.Namespace, dsn: str, targets: list[str], levels: list
                     result = one_run(args, server, level)
                 finally:
                     lag = server.stop()
-                raw.append({"round": round_number, "target": name, "level": level, **result.as_dict(),
-                            "loop_lag": lag})
+                raw.append({"round": round_number, "target": name, "level": level, **result.as_dict(), "loop_lag": lag})
                 flag = "  (generator-bound)" if result.generator_bound else ""
-                print(f"        {result.requests_per_sec:9.0f} req/s  failures {result.failure_rate:.2%}  "
-                      f"p99 {result.p99_ms:.0f} ms{flag}", file=sys.stderr, flush=True)
+                print(
+                    f"        {result.requests_per_sec:9.0f} req/s  failures {result.failure_rate:.2%}  "
+                    f"p99 {result.p99_ms:.0f} ms{flag}",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
 
 def summarise_runs(raw: list[dict], targets: list[str], levels: list[int]) -> dict:
     cells: dict[str, dict] = {}
     for level in levels:
         row: dict = {}
-        per = {t: sorted((r for r in raw if r["target"] == t and r["level"] == level), key=lambda r: r["round"])
-               for t in targets}
+        per = {
+            t: sorted((r for r in raw if r["target"] == t and r["level"] == level), key=lambda r: r["round"])
+            for t in targets
+        }
         for target, runs in per.items():
             if not runs:
                 continue
@@ -129,13 +156,16 @@ def summarise_runs(raw: list[dict], targets: list[str], levels: list[int]) -> di
                 "generator_cpu": median([r["generator_cpu"] for r in runs]),
                 "generator_bound_runs": sum(1 for r in runs if r["generator_bound"]),
                 "loop_lag": {k: median([lag[k] for lag in lags]) for k in ("p50_ms", "p99_ms", "max_ms")}
-                if lags else None,
+                if lags
+                else None,
             }
         if "aiorest" in per and per["aiorest"]:
             for other in targets:
                 if other != "aiorest" and per.get(other):
-                    pairs = [(a["requests_per_sec"], b["requests_per_sec"])
-                             for a, b in zip(per["aiorest"], per[other], strict=False)]
+                    pairs = [
+                        (a["requests_per_sec"], b["requests_per_sec"])
+                        for a, b in zip(per["aiorest"], per[other], strict=False)
+                    ]
                     row[f"aiorest/{other}"] = paired_ratio([a for a, _ in pairs], [b for _, b in pairs]).__dict__
         cells[str(level)] = row
     return {"targets": targets, "levels": levels, "cells": cells}
@@ -143,10 +173,13 @@ def summarise_runs(raw: list[dict], targets: list[str], levels: list[int]) -> di
 
 def markdown(summary: dict, command: str, tool: str) -> str:
     unit = "connections" if tool == "wrk" else "users"
-    lines = [f"`{command}`", "",
-             f"| {unit} | target | req/s mean ± std | 95% CI | p50 ms | p99 ms | failure rate | generator CPU "
-             "| loop lag p50/p99/max ms |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"`{command}`",
+        "",
+        f"| {unit} | target | req/s mean ± std | 95% CI | p50 ms | p99 ms | failure rate | generator CPU "
+        "| loop lag p50/p99/max ms |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for level, row in summary["cells"].items():
         for target in summary["targets"]:
             cell = row.get(target)
@@ -165,8 +198,10 @@ def markdown(summary: dict, command: str, tool: str) -> str:
             )
         for key, ratio in row.items():
             if key.startswith("aiorest/"):
-                lines.append(f"| {level} | **{key}** | **{ratio['mean']:.2f}×** | {ratio['ci_low']:.2f}–"
-                             f"{ratio['ci_high']:.2f} | | | | | |")
+                lines.append(
+                    f"| {level} | **{key}** | **{ratio['mean']:.2f}×** | {ratio['ci_low']:.2f}–"
+                    f"{ratio['ci_high']:.2f} | | | | | |"
+                )
     return "\n".join(lines)
 
 
@@ -185,20 +220,37 @@ def plot(summary: dict, out: Path, tool: str) -> list[str]:
                 elif key == "rps":
                     values.append(Summary(**cell["rps"]))
                 else:
-                    values.append(Summary(1, cell[key] * (100 if key == "failure_rate" else 1), 0.0,
-                                          cell[key] * (100 if key == "failure_rate" else 1),
-                                          cell[key] * (100 if key == "failure_rate" else 1)))
+                    values.append(
+                        Summary(
+                            1,
+                            cell[key] * (100 if key == "failure_rate" else 1),
+                            0.0,
+                            cell[key] * (100 if key == "failure_rate" else 1),
+                            cell[key] * (100 if key == "failure_rate" else 1),
+                        )
+                    )
             result[target] = values
         return result
 
     written = []
-    if bar_chart(out / "throughput_bars.png", "Throughput (95% CI)", [str(x) for x in levels], series("rps"),
-                 "requests/s"):
+    if bar_chart(
+        out / "throughput_bars.png", "Throughput (95% CI)", [str(x) for x in levels], series("rps"), "requests/s"
+    ):
         written.append("throughput_bars.png")
-    for name, key, label in (("throughput", "rps", "requests/s"), ("failures", "failure_rate", "failed requests (%)"),
-                             ("p99", "p99_ms", "p99 latency (ms)")):
-        if line_chart(out / f"{name}_vs_users.png", f"{label} against {unit}", [float(x) for x in levels],
-                      series(key), unit, label, log_x=True):
+    for name, key, label in (
+        ("throughput", "rps", "requests/s"),
+        ("failures", "failure_rate", "failed requests (%)"),
+        ("p99", "p99_ms", "p99 latency (ms)"),
+    ):
+        if line_chart(
+            out / f"{name}_vs_users.png",
+            f"{label} against {unit}",
+            [float(x) for x in levels],
+            series(key),
+            unit,
+            label,
+            log_x=True,
+        ):
             written.append(f"{name}_vs_users.png")
     return written
 

@@ -71,18 +71,48 @@ def _percentile(histogram: dict[int, int], fraction: float) -> float:
 
 
 def run_locust(
-    url: str, *, flow: str, users: int, seconds: int, processes: int, think: tuple[float, float], queries: int,
+    url: str,
+    *,
+    flow: str,
+    users: int,
+    seconds: int,
+    processes: int,
+    think: tuple[float, float],
+    queries: int,
     cpu: int | None = 1,
 ) -> LoadResult:
     """A headless locust run; totals come from its JSON file (the CSV misses the last second)."""
     with tempfile.TemporaryDirectory(prefix="aiorest-locust-") as directory:
         base = Path(directory) / "run"
         command = [
-            sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", url,
-            "-u", str(users), "-r", str(max(1, min(users, 200))), "-t", f"{seconds}s",
-            "--json-file", str(base), "--only-summary", "--stop-timeout", "5",
-            "--think-min", str(think[0]), "--think-max", str(think[1]), "--tfb-queries", str(queries),
-            "--loglevel", "WARNING", *FLOWS[flow],
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(LOCUSTFILE),
+            "--headless",
+            "--host",
+            url,
+            "-u",
+            str(users),
+            "-r",
+            str(max(1, min(users, 200))),
+            "-t",
+            f"{seconds}s",
+            "--json-file",
+            str(base),
+            "--only-summary",
+            "--stop-timeout",
+            "5",
+            "--think-min",
+            str(think[0]),
+            "--think-max",
+            str(think[1]),
+            "--tfb-queries",
+            str(queries),
+            "--loglevel",
+            "WARNING",
+            *FLOWS[flow],
         ]
         if processes > 1:
             command[3:3] = ["--processes", str(processes)]
@@ -154,9 +184,15 @@ def run_wrk_mix(url: str, *, flow: str, connections: int, seconds: int, queries:
         generator_cpu=float("nan"),
         generator_bound=False,
         per_endpoint={
-            path: {"requests": r.requests, "failures": r.errors, "timeouts": r.timeouts, "rps": r.requests_per_sec,
-                   "p99_ms": r.p99_ms, "socket_errors": r.connect_errors + r.read_errors + r.write_errors,
-                   "non_2xx": r.non_2xx}
+            path: {
+                "requests": r.requests,
+                "failures": r.errors,
+                "timeouts": r.timeouts,
+                "rps": r.requests_per_sec,
+                "p99_ms": r.p99_ms,
+                "socket_errors": r.connect_errors + r.read_errors + r.write_errors,
+                "non_2xx": r.non_2xx,
+            }
             for path, r in results.items()
         },
     )

@@ -38,8 +38,11 @@ def _apply_options(environment: Any, **kwargs: Any) -> None:
     if options is None:
         return
     wait = between(options.think_min, max(options.think_min, options.think_max))
-    for user, weight in ((BrowsingUser, options.browse_weight), (WritingUser, options.write_weight),
-                         (TechEmpowerUser, options.tfb_weight)):
+    for user, weight in (
+        (BrowsingUser, options.browse_weight),
+        (WritingUser, options.write_weight),
+        (TechEmpowerUser, options.tfb_weight),
+    ):
         user.wait_time = wait
         user.weight = weight
 
@@ -132,8 +135,9 @@ class WritingUser(FastHttpUser):
         if not note:
             return
         url = f"/notes/{note['id']}"
-        with self.client.patch(url, json={"done": True}, headers={"If-Match": '"1"'}, name="PATCH /notes/{id}",
-                               catch_response=True) as response:
+        with self.client.patch(
+            url, json={"done": True}, headers={"If-Match": '"1"'}, name="PATCH /notes/{id}", catch_response=True
+        ) as response:
             _fail_unless(response, 200, lambda b: b["done"] is True and b["version"] == 2)
         with self.client.delete(url, name="DELETE /notes/{id}", catch_response=True) as response:
             _fail_unless(response, 204)
@@ -178,4 +182,3 @@ class TechEmpowerUser(FastHttpUser):
         n = self._queries()
         with self.client.get(f"/updates?queries={n}", name="/updates", catch_response=True) as response:
             _fail_unless(response, 200, lambda b: len(b) == n)
-

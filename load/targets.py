@@ -25,14 +25,37 @@ class Target:
 TARGETS = {
     "aiorest": Target(
         "aiorest",
-        [sys.executable, "-m", "aiorest", "run", "example_app:app", "--port", "{port}", "--log-level", "warning",
-         "--backlog", "16384"],
+        [
+            sys.executable,
+            "-m",
+            "aiorest",
+            "run",
+            "example_app:app",
+            "--port",
+            "{port}",
+            "--log-level",
+            "warning",
+            "--backlog",
+            "16384",
+        ],
     ),
     "threaded": Target(
         "threaded",
-        [sys.executable, "-m", "load.baseline.flask_app", "--port", "{port}", "--threads", "{pool}", "--pool", "{pool}"],
+        [
+            sys.executable,
+            "-m",
+            "load.baseline.flask_app",
+            "--port",
+            "{port}",
+            "--threads",
+            "{pool}",
+            "--pool",
+            "{pool}",
+        ],
     ),
-    "stdlib": Target("stdlib", [sys.executable, "-m", "load.baseline.stdlib_app", "--port", "{port}", "--pool", "{pool}"]),
+    "stdlib": Target(
+        "stdlib", [sys.executable, "-m", "load.baseline.stdlib_app", "--port", "{port}", "--pool", "{pool}"]
+    ),
 }
 
 
