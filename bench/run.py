@@ -14,18 +14,16 @@ import argparse
 import json
 import math
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: bench/ is a package
 
+from bench.process import ServerError, ServerProcess  # noqa: E402
 from bench.stats import Summary, bar_chart, median, paired_ratio, summarise  # noqa: E402
 from bench.wrk import WrkResult, require_wrk, run_wrk  # noqa: E402
 
@@ -58,12 +56,6 @@ SUITES = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def cpu_seconds(pids: list[int]) -> float:
     total = 0
     for pid in pids:
@@ -87,44 +79,8 @@ def postgres_pids() -> list[int]:
     return pids
 
 
-class Server:
-    """One contender's process for one round."""
-
-    def __init__(self, contender: Contender, env: dict[str, str]) -> None:
-        self.port = free_port()
-        command = [part.replace("{port}", str(self.port)) for part in contender.command]
-        self.log = Path(f"/tmp/aiorest-bench-{contender.name}-{self.port}.log")
-        self.process = subprocess.Popen(
-            ["taskset", "-c", "0", *command], cwd=ROOT, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT
-        )
-
-    def wait_ready(self, path: str, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise SystemExit(f"server exited with {self.process.returncode}:\n{self.log.read_text()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise SystemExit(f"server did not answer {path} within {timeout:.0f} s:\n{self.log.read_text()}")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.unlink(missing_ok=True)
-
-
-def measure(server: Server, path: str, connections: int, seconds: float, db: bool) -> dict[str, float]:
-    url = f"http://127.0.0.1:{server.port}{path}"
+def measure(server: ServerProcess, path: str, connections: int, seconds: float, db: bool) -> dict[str, float]:
+    url = server.url + path
     run_wrk(url, connections=connections, seconds=1)  # warm-up, discarded
     pg = postgres_pids() if db else []
     server_cpu, pg_cpu = cpu_seconds([server.process.pid, *child_pids(server.process.pid)]), cpu_seconds(pg)
@@ -153,7 +109,7 @@ def run_suite(suite: str, rounds: int, seconds: float, levels: list[int], env: d
     for round_number in range(rounds):
         shift = round_number % len(contenders)
         for contender in contenders[shift:] + contenders[:shift]:
-            server = Server(contender, env)
+            server = ServerProcess(contender.name, contender.command, env)
             try:
                 server.wait_ready(paths[0])
                 for path in paths:
@@ -281,6 +237,8 @@ def main() -> None:
         raw = run_suite(args.suite, args.rounds, args.duration, levels, env)
     except KeyboardInterrupt:
         print("interrupted: writing what was measured", file=sys.stderr)
+    except ServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
     finally:
         (out / "raw.json").write_text(json.dumps(raw, indent=1))
     if not raw:

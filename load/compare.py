@@ -121,10 +121,10 @@ def measure(args: argparse.Namespace, dsn: str, targets: list[str], levels: list
                 server = RunningServer(TARGETS[name], dsn, args.pool)
                 lag = None
                 try:
-                    server.wait_ready()
+                    server.wait_ready("/db")
                     result = one_run(args, server, level)
                 finally:
-                    lag = server.stop()
+                    lag = server.stop_and_report()
                 raw.append({"round": round_number, "target": name, "level": level, **result.as_dict(), "loop_lag": lag})
                 flag = "  (generator-bound)" if result.generator_bound else ""
                 print(
