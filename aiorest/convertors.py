@@ -6,7 +6,9 @@ dynamic routes into one pattern and relies on the group numbering.
 
 from __future__ import annotations
 
+import math
 import uuid
+from decimal import Decimal
 from typing import Any, Protocol
 
 __all__ = [
@@ -64,9 +66,12 @@ class FloatConvertor:
 
     def to_string(self, value: Any) -> str:
         number = float(value)
-        if number < 0 or number != number or number in (float("inf"),):
+        if number < 0 or not math.isfinite(number):
             raise ValueError(f"a float path parameter must be finite and not negative, got {number}")
-        return repr(number)
+        text = repr(number)
+        if "e" in text:  # the regex has no exponent: write 1e-05 as 0.00001
+            text = format(Decimal(text), "f")
+        return text
 
 
 class UUIDConvertor:

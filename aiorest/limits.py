@@ -30,7 +30,8 @@ class Limits:
                                 the body; then 408 and close
     ``keepalive_timeout``       seconds an idle kept-alive connection stays open; keep it
                                 longer than a proxy's (nginx: 75 s)
-    ``max_connections``         open connections; past it, new ones get 503 and close
+    ``max_connections``         open connections; past it, a new one's first request
+                                gets 503, then close
     ==========================  ======================================================
     """
 

@@ -203,6 +203,7 @@ class RouteTable:
         self._static: dict[str, _PathEntry] = {}
         self._dynamic: list[_PathEntry] = []
         self._by_template: dict[str, _PathEntry] = {}
+        self._by_regex: dict[str, list[_PathEntry]] = {}  # templates that match the same paths
         self._names: dict[str, _PathEntry] = {}
         self._explicit_names: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
@@ -219,8 +220,17 @@ class RouteTable:
         if not entry.params:
             entry = self._static.setdefault(route.path, entry)
         else:
+            # Same regex and same converters, other names: the later route could never be reached.
+            converters = [conv for _, conv in entry.params]
+            for twin in self._by_regex.get(entry.regex, ()):
+                same_converters = [conv for _, conv in twin.params] == converters
+                if twin.template != route.path and same_converters and route.method in twin.methods:
+                    raise ValueError(
+                        f"route '{route.path}' is already registered for {route.method} as '{twin.template}'"
+                    )
             existing = self._by_template.get(route.path)
             if existing is None:
+                self._by_regex.setdefault(entry.regex, []).append(entry)
                 self._by_template[route.path] = entry
                 self._dynamic.append(entry)
                 self._pattern = None
@@ -312,6 +322,7 @@ class RouteTable:
     ) -> tuple[Route | None, Mapping[str, Any], frozenset[str]]:
         # Slow path: HEAD, OPTIONS, or another template that also matches this path.
         allow = set(entry.allow)
+        get_route = (entry.methods["GET"], params) if "GET" in entry.methods else None
         for other in self._dynamic:
             if other is entry:
                 continue
@@ -324,9 +335,11 @@ class RouteTable:
                 continue
             if method in other.methods:
                 return other.methods[method], other_params, frozenset(allow | other.allow)
+            if get_route is None and "GET" in other.methods:
+                get_route = (other.methods["GET"], other_params)
             allow |= other.allow
-        if method == "HEAD" and "GET" in entry.methods:
-            return entry.methods["GET"], params, frozenset(allow)
+        if method == "HEAD" and get_route is not None:
+            return get_route[0], get_route[1], frozenset(allow)
         if method == "OPTIONS":
             return None, params, frozenset(allow)
         raise HTTPMethodNotAllowed(allow, f"method {method} is not allowed for {path}")

@@ -522,10 +522,14 @@ async def test_connections_over_the_limit_get_503(app):
     transport = StubTransport()
     second = HttpProtocol(app, state, limits, asyncio.get_running_loop())
     second.connection_made(transport)  # type: ignore[arg-type]
+    assert transport.data == b"" and not transport.closed  # the request is read first
+    second.data_received(GET_JSON)
     [response], _ = parse_responses(transport.data)
     assert response.status == 503
     assert response.header("retry-after") == "1"
     assert transport.closed
+    second.connection_lost(None)
+    assert len(state.connections) == 1  # the refused connection is not counted once gone
 
 
 async def test_response_header_content_type_replaces_media_type_and_length_is_the_servers():

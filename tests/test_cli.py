@@ -1,0 +1,125 @@
+"""The command line: ``python -m aiorest run module:app`` in a real subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import signal
+import socket
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from tests.wire import fetch, get
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def aiorest(*args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "aiorest",
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def wait_until_accepting(process: asyncio.subprocess.Process, port: int, timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while True:
+            assert process.returncode is None, f"the server exited with {process.returncode}"
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                await asyncio.sleep(0.02)
+                continue
+            writer.close()
+            return
+
+
+async def test_run_serves_the_app_and_stops_cleanly_on_sigterm():
+    port = free_port()
+    process = await aiorest("run", "examples.hello:app", "--port", str(port), "--log-level", "warning")
+    try:
+        await wait_until_accepting(process, port)
+        index, note = await fetch(port, get("/") + get("/notes/1"), count=2)
+        assert index.status == 200
+        assert json.loads(index.body) == {"message": "Hello, World!"}
+        assert json.loads(note.body) == {"id": 1, "text": "hello"}
+        process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(5):
+            _, stderr = await process.communicate()
+        assert process.returncode == 0, stderr.decode()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    with pytest.raises(OSError):
+        await asyncio.open_connection("127.0.0.1", port)
+
+
+async def test_sigint_stops_the_server_too():
+    port = free_port()
+    process = await aiorest("run", "examples.hello:app", "--port", str(port), "--log-level", "warning")
+    try:
+        await wait_until_accepting(process, port)
+        process.send_signal(signal.SIGINT)
+        async with asyncio.timeout(5):
+            await process.communicate()
+        assert process.returncode == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+SCRIPT = Path(sys.executable).parent / "aiorest"
+
+
+def test_console_script_is_installed():
+    (entry_point,) = entry_points(group="console_scripts", name="aiorest")
+    assert entry_point.value == "aiorest.cli:main"
+    assert SCRIPT.is_file()
+    assert shutil.which("aiorest") is not None
+
+
+async def test_console_script_runs_the_cli():
+    process = await asyncio.create_subprocess_exec(
+        str(SCRIPT), "run", "--help", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=ROOT
+    )
+    async with asyncio.timeout(10):
+        stdout, _ = await process.communicate()
+    assert process.returncode == 0
+    assert b"MODULE:APP" in stdout and b"--port" in stdout
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("nomodule:app", "cannot import 'nomodule'"),
+        ("examples.hello:nope", "module 'examples.hello' has no attribute 'nope'"),
+        ("examples.hello", "expected MODULE:APP"),
+        ("examples.hello:NOTES", "examples.hello:NOTES is a dict, not an aiorest.App"),
+    ],
+    ids=["no-module", "no-attribute", "no-colon", "not-an-app"],
+)
+async def test_bad_app_spec_exits_nonzero_with_a_message(spec, message):
+    process = await aiorest("run", spec, "--port", str(free_port()))
+    async with asyncio.timeout(10):
+        stdout, stderr = await process.communicate()
+    assert process.returncode != 0
+    assert message in stderr.decode()
+    assert "Traceback" not in stderr.decode()
+    assert stdout == b""
