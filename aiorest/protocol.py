@@ -20,11 +20,8 @@ import asyncio
 import contextvars
 import logging
 import socket
-import time
 from collections import deque
 from collections.abc import Coroutine
-from email.utils import formatdate
-from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote
 
@@ -45,28 +42,15 @@ from .exceptions import (
 from .limits import Limits
 from .request import Request
 from .response import Response, StreamResponse
+from .serverstate import ServerState
+from .wire import STATUS_BYTES, STATUS_LINES, content_type_bytes, origin_form
 
 if TYPE_CHECKING:
     from .app import App
 
-__all__ = ["HttpProtocol", "ServerState"]
+__all__ = ["HttpProtocol", "ServerState"]  # ServerState is re-exported for the server
 
 logger = logging.getLogger("aiorest.error")
-
-_STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
-# Statuses whose responses carry a body, as bytes for the fast path.
-_STATUS_BYTES = {code: line.encode() for code, line in _STATUS_LINES.items() if code >= 200 and code not in (204, 304)}
-_CONTENT_TYPES: dict[str, bytes] = {}
-
-
-def _content_type_bytes(media_type: str) -> bytes:
-    encoded = _CONTENT_TYPES.get(media_type)
-    if encoded is None:
-        encoded = media_type.encode("latin-1")
-        if len(_CONTENT_TYPES) < 256:  # bounded: media types are few, but come from user code
-            _CONTENT_TYPES[media_type] = encoded
-    return encoded
-
 
 _METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")}
 _NO_BODY_STATUSES = frozenset({204, 304})
@@ -83,46 +67,6 @@ class _ParseAbort(Exception):
 
 class _StopParsing(Exception):
     """Raised in a parser callback: the request is queued; read nothing more."""
-
-
-class ServerState:
-    """What the connections of one server share: the clock, the Server/Date lines, the set."""
-
-    def __init__(self, server_header: str | None = "aiorest") -> None:
-        self.connections: set[HttpProtocol] = set()
-        self._server_line = f"Server: {server_header}\r\n" if server_header else ""
-        self.header_lines = ""
-        self.header_bytes = b""
-        self.json_prefix = b""
-        self.now = 0.0
-        self._timer: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._tick()
-
-    def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def refresh(self) -> None:
-        """Format this second's Server/Date lines and the head of a JSON 200 with them."""
-        self.header_lines = f"{self._server_line}Date: {formatdate(usegmt=True)}\r\n"
-        self.header_bytes = self.header_lines.encode("latin-1")
-        self.json_prefix = f"HTTP/1.1 200 OK\r\n{self.header_lines}Content-Type: application/json\r\n".encode("latin-1")
-
-    def _tick(self) -> None:
-        # One formatted Date per second for every response, and one sweep of
-        # deadlines, instead of a timer per connection or per request.
-        assert self._loop is not None
-        self.now = self._loop.time()
-        self.refresh()
-        for connection in list(self.connections):
-            connection.check_deadline(self.now)
-        # Tick just after the wall clock's next second, so the Date is never stale.
-        self._timer = self._loop.call_at(self.now + 1.001 - time.time() % 1.0, self._tick)
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -325,7 +269,7 @@ class HttpProtocol(asyncio.Protocol):
         target = self._url
         head_error: HTTPError | None = None
         if not target.startswith(b"/"):
-            target = _origin_form(target)
+            target = origin_form(target)
         if b"?" in target:
             raw_path, _, query_bytes = target.partition(b"?")
             query = query_bytes.decode("latin-1")
@@ -493,12 +437,12 @@ class HttpProtocol(asyncio.Protocol):
                 and len(result.body) <= _LARGE_BODY
                 and result.media_type.isascii()
             ):
-                status_line = _STATUS_BYTES.get(result.status)
+                status_line = STATUS_BYTES.get(result.status)
                 if status_line is not None:
                     message = b"%s%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
                         status_line,
                         self._state.header_bytes,
-                        _content_type_bytes(result.media_type),
+                        content_type_bytes(result.media_type),
                         len(result.body),
                         result.body,
                     )
@@ -538,7 +482,7 @@ class HttpProtocol(asyncio.Protocol):
                     content_type = value
                 elif lname not in ("content-length", "transfer-encoding"):  # the server frames the body
                     extra.append(f"{name}: {value}\r\n")
-        lines = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n", self._state.header_lines]
+        lines = [STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n", self._state.header_lines]
         if status not in _NO_BODY_STATUSES and status >= 200:
             lines.append(f"Content-Type: {content_type}\r\n")
             if length is not None:
@@ -728,15 +672,3 @@ class HttpProtocol(asyncio.Protocol):
     @property
     def idle(self) -> bool:
         return self._current is None and not self._queue
-
-
-def _origin_form(target: bytes) -> bytes:
-    """Reduce an absolute-form target (``http://host/p?q``) to its path and query."""
-    if target == b"*":
-        return b"*"
-    try:
-        url = httptools.parse_url(target)
-    except httptools.HttpParserInvalidURLError:
-        return target
-    path = url.path or b"/"
-    return path + b"?" + url.query if url.query else path
