@@ -79,9 +79,7 @@ def raise_file_limit() -> int:
 def one_run(args: argparse.Namespace, server: RunningServer, level: int) -> LoadResult:
     think = tuple(float(x) for x in args.think.split(","))
     if args.tool == "wrk":
-        run_wrk_mix(
-            server.url, flow=args.flow, connections=min(level, 100), seconds=args.warmup * 2, queries=args.queries
-        )
+        run_wrk_mix(server.url, flow=args.flow, connections=min(level, 100), seconds=args.warmup, queries=args.queries)
         return run_wrk_mix(server.url, flow=args.flow, connections=level, seconds=args.duration, queries=args.queries)
     run_locust(
         server.url,

@@ -167,7 +167,7 @@ def _summarise_locust(entries: list[dict], busy: float) -> LoadResult:
 def run_wrk_mix(url: str, *, flow: str, connections: int, seconds: int, queries: int) -> LoadResult:
     """wrk on each endpoint of the flow in turn, ``seconds`` split between them."""
     paths = [p.format(n=queries) for p in TFB_PATHS] if flow != "notes" else ["/notes?limit=10"]
-    share = max(2, seconds // len(paths))
+    share = max(1, seconds // len(paths))
     results = {}
     for path in paths:
         results[path] = run_wrk(url + path, connections=connections, seconds=share, timeout_s=10)

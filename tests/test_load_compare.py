@@ -1,0 +1,99 @@
+"""A short smoke run of the load comparison tool: every output is written and well-formed.
+
+It drives aiorest alone: the threaded baselines (load/baseline/) have not landed yet.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("locust")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("tool", ["locust", "wrk"])
+def test_compare_smoke_run_writes_every_output(tool, shared_database_url, tmp_path):
+    if tool == "wrk":
+        import shutil
+
+        if shutil.which("wrk") is None:
+            pytest.skip("wrk is not installed (apt-get install -y wrk)")
+    command = [
+        sys.executable,
+        "-m",
+        "load",
+        "compare",
+        "--targets",
+        "aiorest",
+        "--users",
+        "2,4",
+        "--flow",
+        "tfb" if tool == "locust" else "notes",  # wrk: one endpoint keeps the run short
+        "--tool",
+        tool,
+        "--duration",
+        "2",
+        "--warmup",
+        "1",
+        "--rounds",
+        "1",
+        "--pool",
+        "4",
+        "--queries",
+        "2",
+        "--dsn",
+        shared_database_url,
+        "--out",
+        str(tmp_path),
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "[2/2] round 1/1" in done.stderr  # progress is shown
+    [out] = list(tmp_path.iterdir())
+    raw = json.loads((out / "raw.json").read_text())
+    assert {(r["target"], r["level"]) for r in raw} == {("aiorest", 2), ("aiorest", 4)}
+    assert all(r["requests"] > 0 and r["failures"] == 0 for r in raw), raw
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["cells"]) == {"2", "4"}
+    lag = summary["cells"]["2"]["aiorest"]["loop_lag"]
+    assert lag is not None and lag["max_ms"] >= lag["p99_ms"] >= lag["p50_ms"] >= 0
+    table = (out / "summary.md").read_text()
+    assert "| 2 | aiorest |" in table and "| 4 | aiorest |" in table
+    for png in ("throughput_bars.png", "throughput_vs_users.png", "failures_vs_users.png", "p99_vs_users.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+
+
+def test_compare_refuses_a_missing_database(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "load",
+            "compare",
+            "--dsn",
+            "postgresql://postgres@127.0.0.1:1/x",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "cannot reach the database" in done.stderr
+
+
+def test_compare_refuses_an_unknown_target(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "load", "compare", "--targets", "nginx"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "unknown target" in done.stderr
