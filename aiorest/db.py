@@ -107,6 +107,8 @@ def _translate(exc: BaseException) -> BaseException:
         return ConstraintViolation(
             "the data breaks a database constraint", details={"constraint": exc.diag.constraint_name}
         )
+    if isinstance(exc, psycopg2.errors.DataError):  # a value out of range for its column, say
+        return ConstraintViolation("a value does not fit its column", details={"reason": exc.diag.message_primary})
     if isinstance(exc, psycopg2.errors.QueryCanceled):
         return StatementTimeout()
     if isinstance(exc, _DISCONNECTS):

@@ -9,6 +9,7 @@ workers to finish their requests in flight, and restarts a worker that dies
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -18,6 +19,7 @@ from collections import deque
 from collections.abc import Callable
 
 logger = logging.getLogger("aiorest.server")
+_PR_SET_PDEATHSIG = 1
 
 __all__ = ["run_workers"]
 
@@ -35,6 +37,7 @@ def run_workers(count: int, serve: Callable[[], None], *, max_restarts: int = 10
         if pid == 0:  # the worker
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
+            _stop_with_parent(parent)
             code = 0
             try:
                 serve()
@@ -56,6 +59,7 @@ def run_workers(count: int, serve: Callable[[], None], *, max_restarts: int = 10
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    parent = os.getpid()
     for number in range(count):
         spawn(number)
     logger.info("aiorest: %d workers started (pids %s)", count, sorted(children))
@@ -84,3 +88,14 @@ def run_workers(count: int, serve: Callable[[], None], *, max_restarts: int = 10
         spawn(number)
     sys.stdout.flush()
     return exit_code
+
+
+def _stop_with_parent(parent: int) -> None:
+    """Ask Linux to SIGTERM this worker if the parent dies (even by SIGKILL): no orphans."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the parent's SIGTERM handler still stops workers
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)

@@ -8,6 +8,7 @@ gets 412 and the client re-reads. Without either, PUT and PATCH get 428.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from aiorest import (
     HTTPError,
@@ -89,6 +90,17 @@ def _expected_version(request: Request, data: Any) -> int | None:
     return version
 
 
+MAX_ID = 2**63 - 1  # bigserial
+
+
+def _note_id(request: Request) -> int:
+    """The path's note id; one past the column's range names no note."""
+    note_id: int = request.path_params["note_id"]
+    if note_id > MAX_ID:
+        raise HTTPNotFound("no such note")
+    return note_id
+
+
 def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
@@ -101,7 +113,7 @@ def _int_param(request: Request, name: str, default: int | None) -> int | None:
         value = int(text)
     except ValueError:
         raise HTTPUnprocessableEntity("invalid query", details={name: "must be an integer"}) from None
-    if value < (1 if name == "limit" else 0):
+    if not (1 if name == "limit" else 0) <= value <= MAX_ID:
         raise HTTPUnprocessableEntity("invalid query", details={name: "out of range"})
     return value
 
@@ -132,6 +144,8 @@ async def list_notes(request: Request) -> dict[str, Any]:
         query = f"after={rows[-1]['id']}&limit={limit}"
         if done is not None:
             query += f"&done={done}"
+        if text:
+            query += f"&q={quote(text)}"
         next_url = f"{request.url_for('notes')}?{query}"
     return {"items": [_as_json(row) for row in rows], "next": next_url}
 
@@ -151,7 +165,7 @@ async def create_note(request: Request) -> JSONResponse:
 
 @router.get("/notes/{note_id:int}", name="note")
 async def get_note(request: Request) -> JSONResponse:
-    row = await _db(request).fetchone(f"SELECT {_COLUMNS} FROM notes WHERE id = %s", (request.path_params["note_id"],))
+    row = await _db(request).fetchone(f"SELECT {_COLUMNS} FROM notes WHERE id = %s", (_note_id(request),))
     if row is None:
         raise HTTPNotFound("no such note")
     return _note_response(row)
@@ -165,7 +179,7 @@ async def _update(request: Request, *, partial: bool) -> JSONResponse:
         raise HTTPError("send If-Match with the note's ETag, or its version in the body", status=428)
     if not fields:
         raise HTTPUnprocessableEntity("invalid note", details={"body": "no field to change"})
-    note_id = request.path_params["note_id"]
+    note_id = _note_id(request)
     assignments = ", ".join(f"{name} = %s" for name in fields)
     row = await _db(request).fetchone(
         f"UPDATE notes SET {assignments}, version = version + 1, updated_at = now() "
@@ -197,7 +211,7 @@ async def patch_note(request: Request) -> JSONResponse:
 
 @router.delete("/notes/{note_id:int}")
 async def delete_note(request: Request) -> Response:
-    note_id = request.path_params["note_id"]
+    note_id = _note_id(request)
     expected = _expected_version(request, None)
     if expected is None:
         deleted = await _db(request).execute("DELETE FROM notes WHERE id = %s", (note_id,))

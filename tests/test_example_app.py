@@ -149,3 +149,23 @@ async def test_200_concurrent_conflicting_updates_add_up(client):
     assert statuses.count(200) == 1 and statuses.count(412) == 199  # never a 500
     async with client.get(url) as response:
         assert (await response.json())["version"] == 2
+
+
+async def test_out_of_range_numbers_are_answered_not_500(client):
+    async with client.get("/notes/99999999999999999999") as response:
+        assert response.status == 404
+    async with client.get("/notes?after=99999999999999999999") as response:
+        assert response.status == 422
+    note = await create(client)
+    async with client.patch(f"/notes/{note['id']}", json={"body": "x", "version": 1099511627776}) as response:
+        assert response.status == 422  # the version column is an integer: the database refuses it
+
+
+async def test_next_link_keeps_the_text_filter(client):
+    tag = unique("next")
+    for i in range(3):
+        await create(client, title=f"{tag} {i}")
+    async with client.get(f"/notes?q={tag}&limit=2") as response:
+        page = await response.json()
+    async with client.get(page["next"]) as response:
+        assert [item["title"] for item in (await response.json())["items"]] == [f"{tag} 2"]

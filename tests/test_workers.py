@@ -52,8 +52,12 @@ def workers(tmp_path):
             time.sleep(0.1)
     yield process, port
     if process.poll() is None:
-        process.kill()
-        process.wait()
+        process.terminate()  # graceful: the parent stops its workers
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
     log.close()
 
 
@@ -84,3 +88,22 @@ def test_a_dead_worker_is_replaced(workers):
         time.sleep(0.2)
     else:
         raise AssertionError("the killed worker was not replaced")
+
+
+def test_workers_die_with_a_killed_parent(workers):
+    process, port = workers
+    pids = {get_pid(port) for _ in range(60)}
+    process.kill()  # SIGKILL: the parent cannot forward anything
+    process.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in pids), "workers outlived their parent"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"

@@ -1,0 +1,448 @@
+"""What both threaded baselines share: errors, JSON, the blocking pool, the notes and the TechEmpower logic.
+
+flask_app and stdlib_app only adapt HTTP to these functions, so they answer
+alike, and alike to example_app (example_app/notes.py, example_app/techempower.py):
+the same statuses, JSON shapes, error details and SQL statements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import random
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from html import escape
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote
+
+import psycopg2
+import psycopg2.errors
+import psycopg2.extensions
+
+JSON_TYPE = "application/json"
+TEXT_TYPE = "text/plain; charset=utf-8"
+HTML_TYPE = "text/html; charset=utf-8"
+MAX_BODY_SIZE = 1024 * 1024  # aiorest's Limits.max_body_size
+NOTES_PATH = "/notes"
+
+# -- command line --------------------------------------------------------------------
+
+
+def add_server_arguments(parser: argparse.ArgumentParser, *, port: int) -> None:
+    """The options both baselines take: where to listen, the pool size, the listen backlog."""
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=port)
+    parser.add_argument("--pool", type=int, default=32, help="database connections, all opened at start (default 32)")
+    # The load tool starts aiorest with a backlog of 16,384: the same here, so that a burst of
+    # connections waits in the queue for every target alike instead of being dropped for one.
+    parser.add_argument("--backlog", type=int, default=16384, help="listen backlog (default 16384)")
+
+
+def database_url() -> str:
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        raise SystemExit("set DATABASE_URL=postgresql://... (the database example_app's migrations were applied to)")
+    return url
+
+
+# -- errors and JSON ---------------------------------------------------------------
+
+
+class ApiError(Exception):
+    """An error answered as aiorest answers one: ``{"error": {"status", "message", "details"}}``."""
+
+    def __init__(
+        self, status: int, message: str | None = None, *, details: Any = None, headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.status = status
+        self.message = message or HTTPStatus(status).phrase
+        self.details = details
+        self.headers = dict(headers or {})
+        super().__init__(self.message)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": {"status": self.status, "message": self.message, "details": self.details}}
+
+
+def not_found(path: str) -> ApiError:
+    return ApiError(404, f"no route for {path}")
+
+
+def method_not_allowed(method: str, path: str, allowed: set[str]) -> ApiError:
+    """405 with every method of the path in ``Allow``, sorted, as aiorest's router lists them."""
+    return ApiError(405, f"method {method} is not allowed for {path}", headers={"Allow": ", ".join(sorted(allowed))})
+
+
+# aiorest's codec (ujson, compact, non-ASCII kept) writes the same bytes for this API's data.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def dumps(obj: Any) -> str:
+    return _ENCODER.encode(obj)
+
+
+def parse_json_body(content_type: str | None, body: bytes) -> Any:
+    """The request body as JSON, with aiorest's 415 and 400 answers (``Request.json``)."""
+    media_type = (content_type or "").partition(";")[0].strip().lower()
+    if media_type and media_type != JSON_TYPE and not media_type.endswith("+json"):
+        raise ApiError(415, f"expected a JSON body (application/json), got {media_type}")
+    if not body:
+        raise ApiError(400, "request body is empty; expected JSON")
+    try:
+        return json.loads(body.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError is a ValueError
+        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+
+
+# -- the blocking pool -------------------------------------------------------------
+
+Connection = psycopg2.extensions.connection
+Cursor = psycopg2.extensions.cursor
+
+_IDLE = psycopg2.extensions.TRANSACTION_STATUS_IDLE
+_DISCONNECTS = (psycopg2.OperationalError, psycopg2.InterfaceError)
+_RETRY = {"Retry-After": "1"}
+
+
+class Pool:
+    """``size`` psycopg2 connections, all opened at start, handed to threads first come first served.
+
+    psycopg2's ThreadedConnectionPool closes connections above ``minconn`` and
+    raises when empty instead of waiting, so under load it would connect per
+    request or fail. Here a thread waits up to ``acquire_timeout`` seconds for a
+    connection, then gets 503, as with aiorest.db.Database. queue.Queue wakes
+    the longest waiter first, though a thread arriving at that moment may take
+    the connection before it: near first come first served, like aiorest's.
+    """
+
+    def __init__(self, dsn: str, size: int, *, acquire_timeout: float = 5.0, statement_timeout: float = 30.0) -> None:
+        self._dsn = dsn
+        self._statement_timeout_ms = int(statement_timeout * 1000)
+        self._acquire_timeout = acquire_timeout
+        # None is a slot whose connection died: it is reopened by the next thread that takes it.
+        self._free: queue.Queue[Connection | None] = queue.Queue()
+        self._closed = False
+        try:
+            for _ in range(size):
+                self._free.put(self._connect())
+        except BaseException:
+            self.close()
+            raise
+
+    def _connect(self) -> Connection:
+        conn = psycopg2.connect(
+            self._dsn,
+            connect_timeout=5,
+            application_name="baseline",
+            options=f"-c statement_timeout={self._statement_timeout_ms}",
+        )
+        conn.autocommit = True  # as aiorest's aiopg connections: a statement is its own transaction
+        return conn
+
+    @contextmanager
+    def cursor(self) -> Iterator[Cursor]:
+        """A cursor on a connection held for the block; database failures become 503s."""
+        conn = self._acquire()
+        try:
+            with conn.cursor() as cur:
+                yield cur
+        except psycopg2.errors.QueryCanceled as exc:  # before _DISCONNECTS: it is an OperationalError
+            raise ApiError(503, "database statement timed out", headers=_RETRY) from exc
+        except _DISCONNECTS as exc:
+            raise ApiError(503, "database unavailable", headers=_RETRY) from exc
+        finally:
+            self._release(conn)
+
+    def _acquire(self) -> Connection:
+        if self._closed:
+            raise ApiError(503, "the database pool is closed", headers=_RETRY)
+        try:
+            conn = self._free.get(timeout=self._acquire_timeout)
+        except queue.Empty:
+            raise ApiError(503, "database busy: no connection free in time", headers=_RETRY) from None
+        if conn is not None and not conn.closed:
+            return conn
+        try:
+            return self._connect()
+        except _DISCONNECTS as exc:
+            self._free.put(None)
+            raise ApiError(503, "database unavailable", headers=_RETRY) from exc
+
+    def _release(self, conn: Connection) -> None:
+        if self._closed or conn.closed or conn.get_transaction_status() != _IDLE:
+            conn.close()
+            if not self._closed:
+                self._free.put(None)
+            return
+        self._free.put(conn)
+
+    def close(self) -> None:
+        """Close the free connections; those in use close when released."""
+        self._closed = True
+        while True:
+            try:
+                conn = self._free.get_nowait()
+            except queue.Empty:
+                return
+            if conn is not None:
+                conn.close()
+
+
+# -- notes (example_app/notes.py) -----------------------------------------------------
+
+MAX_LIMIT = 100
+_FIELDS: dict[str, type[Any]] = {"title": str, "body": str, "done": bool}
+_READ_ONLY = ("version", "id", "created_at", "updated_at")
+_COLUMNS = "id, title, body, done, version, created_at, updated_at"
+
+
+def note_location(note: Mapping[str, Any]) -> str:
+    return f"{NOTES_PATH}/{note['id']}"
+
+
+def note_etag(note: Mapping[str, Any]) -> str:
+    return f'"{note["version"]}"'
+
+
+def _as_note(cur: Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
+    assert cur.description is not None
+    note = {column.name: value for column, value in zip(cur.description, row, strict=True)}
+    note["created_at"] = note["created_at"].isoformat()
+    note["updated_at"] = note["updated_at"].isoformat()
+    return note
+
+
+def _fetch_note(cur: Cursor) -> dict[str, Any] | None:
+    row = cur.fetchone()
+    return None if row is None else _as_note(cur, row)
+
+
+def validate_note(data: Any, *, partial: bool) -> dict[str, Any]:
+    """The note fields of a request body, or 422 with an error per field."""
+    if not isinstance(data, dict):
+        raise ApiError(422, "invalid note", details={"body": "must be a JSON object"})
+    errors: dict[str, str] = {}
+    fields: dict[str, Any] = {}
+    for name, kind in _FIELDS.items():
+        if name not in data:
+            if name == "title" and not partial:
+                errors[name] = "required"
+            continue
+        value = data[name]
+        if not isinstance(value, kind):
+            errors[name] = f"must be a {'string' if kind is str else 'boolean'}"
+        elif name == "title" and not 1 <= len(value.strip()) <= 200:
+            errors[name] = "must be 1 to 200 characters"
+        elif name == "body" and len(value) > 10000:
+            errors[name] = "must be at most 10000 characters"
+        else:
+            fields[name] = value.strip() if name == "title" else value
+    for name in data:
+        if name not in _FIELDS and name not in _READ_ONLY:
+            errors[name] = "unknown field"
+    if errors:
+        raise ApiError(422, "invalid note", details=errors)
+    return fields
+
+
+def expected_version(if_match: str | None, data: Any) -> int | None:
+    """The version a write is based on: ``If-Match`` first, else the body's ``version``."""
+    if if_match is not None:
+        try:
+            return int(if_match.strip().removeprefix("W/").strip('"'))
+        except ValueError:
+            raise ApiError(412, "If-Match must be a note's ETag, e.g. '\"3\"'") from None
+    version = data.get("version") if isinstance(data, dict) else None
+    if version is None:
+        return None
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ApiError(422, "invalid note", details={"version": "must be an integer"})
+    return version
+
+
+def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
+    text = query.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ApiError(422, "invalid query", details={name: "must be an integer"}) from None
+    if value < (1 if name == "limit" else 0):
+        raise ApiError(422, "invalid query", details={name: "out of range"})
+    return value
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def list_notes(pool: Pool, query: Mapping[str, str]) -> dict[str, Any]:
+    """Notes by id, ``limit`` (≤ 100) at a time after the ``after`` cursor; filters ``done`` and ``q``."""
+    limit = min(_int_param(query, "limit", 20), MAX_LIMIT)
+    after = _int_param(query, "after", 0)
+    where = ["id > %s"]
+    params: list[Any] = [after]
+    done = query.get("done")
+    if done is not None:
+        if done not in ("true", "false"):
+            raise ApiError(422, "invalid query", details={"done": "must be true or false"})
+        where.append("done = %s")
+        params.append(done == "true")
+    text = query.get("q")
+    if text:
+        where.append("title ILIKE %s")
+        params.append("%" + _escape_like(text) + "%")
+    with pool.cursor() as cur:
+        cur.execute(
+            f"SELECT {_COLUMNS} FROM notes WHERE {' AND '.join(where)} ORDER BY id LIMIT %s", (*params, limit + 1)
+        )
+        notes = [_as_note(cur, row) for row in cur.fetchall()]
+    more = len(notes) > limit
+    notes = notes[:limit]
+    next_url = None
+    if more:
+        next_query = f"after={notes[-1]['id']}&limit={limit}"
+        if done is not None:
+            next_query += f"&done={done}"
+        if text:
+            next_query += f"&q={quote(text)}"
+        next_url = f"{NOTES_PATH}?{next_query}"
+    return {"items": notes, "next": next_url}
+
+
+def create_note(pool: Pool, data: Any) -> dict[str, Any]:
+    fields = validate_note(data, partial=False)
+    with pool.cursor() as cur:
+        cur.execute(
+            f"INSERT INTO notes (title, body, done) VALUES (%s, %s, %s) RETURNING {_COLUMNS}",
+            (fields["title"], fields.get("body", ""), fields.get("done", False)),
+        )
+        note = _fetch_note(cur)
+    assert note is not None
+    return note
+
+
+def get_note(pool: Pool, note_id: int) -> dict[str, Any]:
+    with pool.cursor() as cur:
+        cur.execute(f"SELECT {_COLUMNS} FROM notes WHERE id = %s", (note_id,))
+        note = _fetch_note(cur)
+    if note is None:
+        raise ApiError(404, "no such note")
+    return note
+
+
+def update_note(pool: Pool, note_id: int, data: Any, if_match: str | None, *, partial: bool) -> dict[str, Any]:
+    """PUT (``partial=False``) or PATCH: 412 on a stale version, 428 without one."""
+    fields = validate_note(data, partial=partial)
+    expected = expected_version(if_match, data)
+    if expected is None:
+        raise ApiError(428, "send If-Match with the note's ETag, or its version in the body")
+    if not fields:
+        raise ApiError(422, "invalid note", details={"body": "no field to change"})
+    assignments = ", ".join(f"{name} = %s" for name in fields)
+    with pool.cursor() as cur:
+        cur.execute(
+            f"UPDATE notes SET {assignments}, version = version + 1, updated_at = now() "
+            f"WHERE id = %s AND version = %s RETURNING {_COLUMNS}",
+            (*fields.values(), note_id, expected),
+        )
+        note = _fetch_note(cur)
+        if note is None:
+            _raise_missing_or_stale(cur, note_id)
+    assert note is not None
+    return note
+
+
+def delete_note(pool: Pool, note_id: int, if_match: str | None) -> None:
+    expected = expected_version(if_match, None)
+    with pool.cursor() as cur:
+        if expected is None:
+            cur.execute("DELETE FROM notes WHERE id = %s", (note_id,))
+        else:
+            cur.execute("DELETE FROM notes WHERE id = %s AND version = %s", (note_id, expected))
+        if not cur.rowcount:
+            _raise_missing_or_stale(cur, note_id)
+
+
+def _raise_missing_or_stale(cur: Cursor, note_id: int) -> None:
+    cur.execute("SELECT version FROM notes WHERE id = %s", (note_id,))
+    row = cur.fetchone()
+    if row is None:
+        raise ApiError(404, "no such note")
+    raise ApiError(412, "the note changed since you read it", details={"version": row[0]})
+
+
+# -- TechEmpower (example_app/techempower.py, shared/TFB.md) ------------------------------
+
+FORTUNES_HEAD = (
+    "<!DOCTYPE html><html><head><title>Fortunes</title></head><body><table><tr><th>id</th><th>message</th></tr>"
+)
+FORTUNES_TAIL = "</table></body></html>"
+HELLO = "Hello, World!"
+_SELECT_WORLD = "SELECT id, randomnumber FROM world WHERE id = %s"
+
+
+def query_count(text: str | None) -> int:
+    """``queries``: missing, empty, 0 or not a number → 1; above 500 → 500."""
+    try:
+        count = int(text if text is not None else "1")
+    except ValueError:
+        return 1
+    return min(max(count, 1), 500)
+
+
+def _random_id() -> int:
+    return random.randint(1, 10000)
+
+
+def _select_world(cur: Cursor) -> dict[str, int]:
+    cur.execute(_SELECT_WORLD, (_random_id(),))
+    row = cur.fetchone()
+    assert row is not None
+    return {"id": row[0], "randomNumber": row[1]}
+
+
+def single_world(pool: Pool) -> dict[str, int]:
+    with pool.cursor() as cur:
+        return _select_world(cur)
+
+
+def worlds(pool: Pool, count: int) -> list[dict[str, int]]:
+    """``count`` random rows, a SELECT each (TFB forbids ``WHERE id IN``)."""
+    with pool.cursor() as cur:
+        return [_select_world(cur) for _ in range(count)]
+
+
+def update_worlds(pool: Pool, count: int) -> list[dict[str, int]]:
+    """``count`` random rows with new numbers, persisted by one bulk UPDATE."""
+    with pool.cursor() as cur:
+        result = []
+        new_numbers: dict[int, int] = {}  # a repeated id gets one new number
+        for _ in range(count):
+            world = _select_world(cur)
+            number = new_numbers.setdefault(world["id"], _random_id())
+            result.append({"id": world["id"], "randomNumber": number})
+        # Rows in id order, so that concurrent requests lock them in the same order and never deadlock.
+        ordered = sorted(new_numbers.items())
+        values = ", ".join(["(%s::int, %s::int)"] * len(ordered))
+        cur.execute(
+            f"UPDATE world SET randomnumber = v.r FROM (VALUES {values}) AS v(id, r) WHERE world.id = v.id",
+            [value for pair in ordered for value in pair],
+        )
+    return result
+
+
+def fortunes_page(pool: Pool) -> str:
+    """Every fortune plus one added now, sorted by message here (TFB forbids ORDER BY), escaped."""
+    with pool.cursor() as cur:
+        cur.execute("SELECT id, message FROM fortune")
+        rows: list[tuple[int, str]] = cur.fetchall()
+    rows.append((0, "Additional fortune added at request time."))
+    rows.sort(key=lambda row: row[1])
+    cells = "".join(f"<tr><td>{id_}</td><td>{escape(message)}</td></tr>" for id_, message in rows)
+    return FORTUNES_HEAD + cells + FORTUNES_TAIL

@@ -1,0 +1,414 @@
+"""One conformance suite, three servers: example_app on aiorest and the threaded baselines (load/baseline/).
+
+The load comparison is like for like only if all three serve the same API: the
+same statuses, JSON shapes, error details and headers. Each server runs as a
+subprocess on one migrated database, is started once for the module and is
+stopped with SIGTERM at the end, as the load tool runs them.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+from typing import IO, Any
+
+import psycopg2
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+POOL = "4"  # small: the suite checks answers, not throughput
+COMMANDS = {
+    "aiorest": ["-m", "aiorest", "run", "example_app:app", "--port", "{port}", "--log-level", "warning"],
+    "flask": ["-m", "load.baseline.flask_app", "--port", "{port}", "--threads", POOL, "--pool", POOL],
+    "stdlib": ["-m", "load.baseline.stdlib_app", "--port", "{port}", "--pool", POOL],
+}
+JSON = "application/json"
+IMF_FIXDATE = re.compile(r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT")
+NOTE_KEYS = {"id", "title", "body", "done", "version", "created_at", "updated_at"}
+
+
+@dataclass
+class Server:
+    name: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log: IO[bytes]
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")[-4000:]
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    headers: http.client.HTTPMessage
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+# -- servers ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def database(shared_database_url: str) -> str:
+    """The shared test database with example_app's migrations applied, before any baseline starts."""
+    done = subprocess.run(
+        [sys.executable, "-m", "aiorest", "migrate", "--dir", "migrations", "--dsn", shared_database_url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return shared_database_url
+
+
+@pytest.fixture(scope="module", params=list(COMMANDS))
+def server(request: pytest.FixtureRequest, database: str) -> Iterator[Server]:
+    name: str = request.param
+    port = _free_port()
+    command = [sys.executable, *(part.replace("{port}", str(port)) for part in COMMANDS[name])]
+    env = {**os.environ, "DATABASE_URL": database, "DATABASE_POOL_MIN": POOL, "DATABASE_POOL_MAX": POOL}
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        running = Server(name, port, process, log)
+        try:
+            _wait_until_serving(running)
+            yield running
+        finally:
+            _stop(running)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_until_serving(server: Server, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            pytest.fail(f"{server.name} exited with {server.process.returncode}:\n{server.output()}")
+        try:
+            if call(server, "GET", "/json", timeout=2).status == 200:
+                return
+        except OSError:
+            time.sleep(0.05)
+    pytest.fail(f"{server.name} did not answer /json within {timeout:.0f} s:\n{server.output()}")
+
+
+def _stop(server: Server) -> None:
+    """SIGTERM, with an idle keep-alive connection open (it must not hold the exit), then kill."""
+    if server.process.poll() is not None:
+        return
+    idle = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    try:
+        idle.request("GET", "/json")
+        idle.getresponse().read()
+        server.process.send_signal(signal.SIGTERM)
+        try:
+            server.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait()
+            pytest.fail(f"{server.name} ignored SIGTERM for 15 s:\n{server.output()}")
+    finally:
+        idle.close()
+    assert server.process.returncode == 0, f"{server.name} exited with {server.process.returncode}:\n{server.output()}"
+
+
+# -- the client --------------------------------------------------------------------------------
+
+
+def call(
+    server: Server,
+    method: str,
+    path: str,
+    data: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 10.0,
+) -> Reply:
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
+    try:
+        connection.request(method, path, body=data, headers=headers or {})
+        response = connection.getresponse()
+        return Reply(response.status, response.headers, response.read())
+    finally:
+        connection.close()
+
+
+def send(server: Server, method: str, path: str, payload: Any, headers: dict[str, str] | None = None) -> Reply:
+    return call(server, method, path, json.dumps(payload).encode(), {"Content-Type": JSON, **(headers or {})})
+
+
+def error(status: int, message: str, details: Any = None) -> dict[str, Any]:
+    return {"error": {"status": status, "message": message, "details": details}}
+
+
+def fetch(database: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Rows read straight from PostgreSQL, to check what a server answered against what it stored."""
+    conn = psycopg2.connect(database)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+    finally:
+        conn.close()
+
+
+def unique(prefix: str = "note") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create(server: Server, **fields: Any) -> dict[str, Any]:
+    reply = send(server, "POST", "/notes", {"title": unique(), **fields})
+    assert reply.status == 201, reply.body
+    note: dict[str, Any] = reply.json()
+    return note
+
+
+# -- every response -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "content_type"),
+    [
+        ("/json", 200, JSON),
+        ("/plaintext", 200, "text/plain; charset=utf-8"),
+        ("/db", 200, JSON),
+        ("/queries?queries=2", 200, JSON),
+        ("/fortunes", 200, "text/html; charset=utf-8"),
+        ("/updates?queries=2", 200, JSON),
+        ("/notes?limit=1", 200, JSON),
+        ("/nope", 404, JSON),
+    ],
+)
+def test_every_response_has_server_date_type_and_length(server, path, status, content_type):
+    reply = call(server, "GET", path)
+    assert reply.status == status
+    assert reply.headers["Server"]
+    assert IMF_FIXDATE.fullmatch(reply.headers["Date"]), reply.headers["Date"]
+    assert abs(email.utils.parsedate_to_datetime(reply.headers["Date"]).timestamp() - time.time()) < 5
+    assert reply.headers["Content-Type"] == content_type
+    assert int(reply.headers["Content-Length"]) == len(reply.body)
+    assert "Content-Encoding" not in reply.headers
+
+
+def test_keep_alive_serves_several_requests_on_one_connection(server):
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        connection.request("GET", "/json")
+        first = connection.getresponse()
+        assert first.read() == b'{"message":"Hello, World!"}' and not first.will_close
+        sock = connection.sock
+        connection.request("POST", "/notes", body=json.dumps({"title": unique()}), headers={"Content-Type": JSON})
+        created = connection.getresponse()
+        assert created.status == 201 and json.loads(created.read())["version"] == 1
+        connection.request("GET", "/plaintext")
+        assert connection.getresponse().read() == b"Hello, World!"
+        assert connection.sock is sock
+    finally:
+        connection.close()
+
+
+def test_head_has_get_headers_without_body_and_options_lists_methods(server):
+    head = call(server, "HEAD", "/json")
+    assert head.status == 200 and head.body == b"" and head.headers["Content-Length"] == "27"
+    options = call(server, "OPTIONS", "/notes")
+    assert options.status == 204 and options.headers["Allow"] == "GET, HEAD, OPTIONS, POST"
+
+
+# -- TechEmpower --------------------------------------------------------------------------------
+
+
+def test_json_and_plaintext(server):
+    assert call(server, "GET", "/json").body == b'{"message":"Hello, World!"}'
+    assert call(server, "GET", "/plaintext").body == b"Hello, World!"
+
+
+def test_db_is_one_world_row(server):
+    row = call(server, "GET", "/db").json()
+    assert set(row) == {"id", "randomNumber"}
+    assert 1 <= row["id"] <= 10000 and 1 <= row["randomNumber"] <= 10000
+
+
+@pytest.mark.parametrize(
+    ("query", "count"),
+    [("", 1), ("?queries=", 1), ("?queries=0", 1), ("?queries=foo", 1), ("?queries=7", 7), ("?queries=501", 500)],
+)
+@pytest.mark.parametrize("test", ["queries", "updates"])
+def test_queries_is_clamped_to_1_500(server, test, query, count):
+    rows = call(server, "GET", f"/{test}{query}").json()
+    assert len(rows) == count
+    assert all(set(row) == {"id", "randomNumber"} for row in rows)
+
+
+def test_updates_persist_the_numbers_they_return(server, database):
+    rows = call(server, "GET", "/updates?queries=20").json()
+    stored = fetch(database, "SELECT id, randomnumber FROM world WHERE id = ANY(%s)", [row["id"] for row in rows])
+    assert {row["id"]: row["randomNumber"] for row in rows} == dict(stored)
+
+
+def test_fortunes_page_is_the_same_tfb_page_on_every_target(server, database):
+    rows = [*fetch(database, "SELECT id, message FROM fortune"), (0, "Additional fortune added at request time.")]
+    rows.sort(key=lambda row: row[1])
+    cells = "".join(f"<tr><td>{id_}</td><td>{escape(message)}</td></tr>" for id_, message in rows)
+    expected = (
+        "<!DOCTYPE html><html><head><title>Fortunes</title></head><body><table><tr><th>id</th><th>message</th></tr>"
+        f"{cells}</table></body></html>"
+    )
+    assert call(server, "GET", "/fortunes").body.decode() == expected
+    assert "&lt;script&gt;alert(&quot;This should not be displayed" in expected
+
+
+# -- notes --------------------------------------------------------------------------------------
+
+
+def test_create_then_read_with_location_and_etag(server):
+    reply = send(server, "POST", "/notes", {"title": " Buy milk ", "body": "2 litres"})
+    assert reply.status == 201
+    note = reply.json()
+    assert set(note) == NOTE_KEYS
+    assert reply.headers["Location"] == f"/notes/{note['id']}" and reply.headers["ETag"] == '"1"'
+    assert (note["title"], note["body"], note["done"], note["version"]) == ("Buy milk", "2 litres", False, 1)
+    assert note["created_at"] == note["updated_at"]
+    read = call(server, "GET", f"/notes/{note['id']}")
+    assert read.status == 200 and read.json() == note and read.headers["ETag"] == '"1"'
+
+
+@pytest.mark.parametrize(
+    ("body", "details"),
+    [
+        ({}, {"title": "required"}),
+        ({"title": ""}, {"title": "must be 1 to 200 characters"}),
+        ({"title": "x" * 201}, {"title": "must be 1 to 200 characters"}),
+        ({"title": 5, "done": "yes"}, {"title": "must be a string", "done": "must be a boolean"}),
+        ({"title": "ok", "body": "b" * 10001}, {"body": "must be at most 10000 characters"}),
+        ({"title": "ok", "colour": "red"}, {"colour": "unknown field"}),
+        ([1, 2], {"body": "must be a JSON object"}),
+    ],
+)
+def test_create_validation_is_422_with_an_error_per_field(server, body, details):
+    reply = send(server, "POST", "/notes", body)
+    assert reply.status == 422
+    assert reply.json() == error(422, "invalid note", details)
+
+
+def test_bad_json_is_400_and_another_media_type_415(server):
+    invalid = call(server, "POST", "/notes", b"{oops", {"Content-Type": JSON})
+    assert invalid.status == 400
+    assert invalid.json()["error"]["message"].startswith("request body is not valid JSON: ")
+    empty = call(server, "POST", "/notes", b"", {"Content-Type": JSON})
+    assert empty.json() == error(400, "request body is empty; expected JSON")
+    text = call(server, "POST", "/notes", b"title=x", {"Content-Type": "text/plain"})
+    assert text.json() == error(415, "expected a JSON body (application/json), got text/plain")
+
+
+def test_unknown_path_is_404_and_wrong_method_405(server):
+    assert call(server, "GET", "/nope").json() == error(404, "no route for /nope")
+    assert call(server, "GET", "/notes/abc").json() == error(404, "no route for /notes/abc")
+    for method, path, allow in [
+        ("POST", "/json", "GET, HEAD, OPTIONS"),
+        ("DELETE", "/notes", "GET, HEAD, OPTIONS, POST"),
+        ("POST", "/notes/1", "DELETE, GET, HEAD, OPTIONS, PATCH, PUT"),
+    ]:
+        reply = call(server, method, path)
+        assert reply.status == 405 and reply.headers["Allow"] == allow
+        assert reply.json() == error(405, f"method {method} is not allowed for {path}")
+
+
+def test_missing_note_is_404(server):
+    missing = error(404, "no such note")
+    assert call(server, "GET", "/notes/999999999").json() == missing
+    assert call(server, "DELETE", "/notes/999999999").json() == missing
+    assert send(server, "PATCH", "/notes/999999999", {"done": True}, {"If-Match": '"1"'}).json() == missing
+
+
+def test_writes_need_the_current_version(server):
+    url = f"/notes/{create(server)['id']}"
+    replaced = send(server, "PUT", url, {"title": "renamed", "done": True}, {"If-Match": '"1"'})
+    assert replaced.status == 200 and replaced.headers["ETag"] == '"2"'
+    assert (replaced.json()["title"], replaced.json()["done"], replaced.json()["version"]) == ("renamed", True, 2)
+    assert replaced.json()["updated_at"] > replaced.json()["created_at"]
+    stale = send(server, "PATCH", url, {"body": "late"}, {"If-Match": '"1"'})
+    assert stale.status == 412
+    assert stale.json() == error(412, "the note changed since you read it", {"version": 2})
+    by_body = send(server, "PATCH", url, {"body": "now", "version": 2})
+    assert by_body.status == 200 and by_body.json()["body"] == "now" and by_body.headers["ETag"] == '"3"'
+    unconditional = send(server, "PATCH", url, {"body": "no precondition"})
+    assert unconditional.json() == error(428, "send If-Match with the note's ETag, or its version in the body")
+    assert send(server, "PUT", url, {"body": "no title"}, {"If-Match": '"3"'}).json() == error(
+        422, "invalid note", {"title": "required"}
+    )
+    assert send(server, "PATCH", url, {"body": "x"}, {"If-Match": "*"}).json() == error(
+        412, "If-Match must be a note's ETag, e.g. '\"3\"'"
+    )
+    assert send(server, "PATCH", url, {"body": "x", "version": "3"}).json() == error(
+        422, "invalid note", {"version": "must be an integer"}
+    )
+    assert send(server, "PATCH", url, {"version": 3}).json() == error(
+        422, "invalid note", {"body": "no field to change"}
+    )
+
+
+def test_delete_is_412_when_stale_then_204_then_404(server):
+    url = f"/notes/{create(server)['id']}"
+    stale = call(server, "DELETE", url, headers={"If-Match": '"7"'})
+    assert stale.json() == error(412, "the note changed since you read it", {"version": 1})
+    deleted = call(server, "DELETE", url, headers={"If-Match": '"1"'})
+    assert deleted.status == 204 and deleted.body == b"" and "Content-Type" not in deleted.headers
+    assert call(server, "DELETE", url).status == 404
+
+
+def test_list_pages_through_next(server):
+    tag = unique("page")
+    created = [create(server, title=f"{tag} {i}", done=i % 2 == 0) for i in range(5)]
+    seen, pages, url = [], [], f"/notes?q={tag}&limit=2"
+    while url:
+        page = call(server, "GET", url).json()
+        assert set(page) == {"items", "next"} and all(set(item) == NOTE_KEYS for item in page["items"])
+        seen += [item["id"] for item in page["items"]]
+        pages.append(page["next"])
+        url = page["next"]  # keeps limit, done and q
+    assert seen == [note["id"] for note in created]
+    assert pages == [
+        f"/notes?after={created[1]['id']}&limit=2&q={tag}",
+        f"/notes?after={created[3]['id']}&limit=2&q={tag}",
+        None,
+    ]
+    done = call(server, "GET", f"/notes?q={tag}&done=true&limit=1").json()
+    assert [item["id"] for item in done["items"]] == [created[0]["id"]]
+    assert done["next"] == f"/notes?after={created[0]['id']}&limit=1&done=true&q={tag}"
+    capped = call(server, "GET", "/notes?limit=100000").json()
+    assert len(capped["items"]) <= 100 and (capped["next"] is None or capped["next"].endswith("&limit=100"))
+
+
+@pytest.mark.parametrize(
+    ("query", "details"),
+    [
+        ("limit=0", {"limit": "out of range"}),
+        ("limit=abc", {"limit": "must be an integer"}),
+        ("after=-1", {"after": "out of range"}),
+        ("done=maybe", {"done": "must be true or false"}),
+    ],
+)
+def test_list_rejects_a_bad_query_with_422(server, query, details):
+    assert call(server, "GET", f"/notes?{query}").json() == error(422, "invalid query", details)
