@@ -2,6 +2,7 @@
 
     python bench/run.py core --rounds 30            # /json, /plaintext: aiorest, aiohttp, ceiling
     python bench/run.py db --rounds 10              # TechEmpower DB endpoints on PostgreSQL
+    python bench/run.py --smoke --contenders aiohttp,ceiling --endpoints json   # a quick check
 
 Each round starts every contender fresh (one process, pinned to CPU 0), warms it
 up, drives it with wrk (pinned to CPU 1), stops it, and rotates the order of
@@ -17,9 +18,11 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: bench/ is a package
 
@@ -30,6 +33,8 @@ from bench.wrk import WrkResult, require_wrk, run_wrk  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = Path(__file__).resolve().parent / "servers"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+BASE = "aiorest"  # the ratios are aiorest over each other contender
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -102,9 +107,17 @@ def child_pids(pid: int) -> list[int]:
         return []
 
 
-def run_suite(suite: str, rounds: int, seconds: float, levels: list[int], env: dict[str, str]) -> list[dict]:
-    contenders, paths = SUITES[suite]
-    raw: list[dict] = []
+def run_suite(
+    contenders: list[Contender],
+    paths: list[str],
+    rounds: int,
+    seconds: float,
+    levels: list[int],
+    env: dict[str, str],
+    db: bool,
+    raw: list[dict],
+) -> None:
+    """Append one record per measured run to ``raw`` (so a failure keeps what was measured)."""
     started = time.monotonic()
     for round_number in range(rounds):
         shift = round_number % len(contenders)
@@ -121,7 +134,7 @@ def run_suite(suite: str, rounds: int, seconds: float, levels: list[int], env: d
                             file=sys.stderr,
                             flush=True,
                         )
-                        figures = measure(server, path, connections, seconds, db=suite == "db")
+                        figures = measure(server, path, connections, seconds, db)
                         raw.append(
                             {
                                 "round": round_number,
@@ -133,12 +146,11 @@ def run_suite(suite: str, rounds: int, seconds: float, levels: list[int], env: d
                         )
             finally:
                 server.stop()
-    return raw
 
 
-def summarise_suite(raw: list[dict], suite: str) -> dict:
-    contenders = [c.name for c in SUITES[suite][0]]
-    keys = sorted({(r["path"], r["connections"]) for r in raw}, key=lambda k: (SUITES[suite][1].index(k[0]), k[1]))
+def summarise_suite(raw: list[dict], suite: str, contenders: list[str], paths: list[str]) -> dict:
+    keys = sorted({(r["path"], r["connections"]) for r in raw}, key=lambda k: (paths.index(k[0]), k[1]))
+    others = [name for name in contenders if name != BASE] if BASE in contenders else []
     table: dict = {}
     for path, connections in keys:
         cell: dict = {}
@@ -159,38 +171,39 @@ def summarise_suite(raw: list[dict], suite: str) -> dict:
                 "server_cpu_us": median([r["server_cpu_us_per_request"] for r in rows]),
                 "postgres_cpu_us": median([r["postgres_cpu_us_per_request"] for r in rows]),
             }
-        base = [r["requests_per_sec"] for r in per["aiorest"]]
-        for other in contenders[1:]:
-            ratios = [a / b for a, b in zip(base, [r["requests_per_sec"] for r in per[other]], strict=True) if b]
-            cell[f"aiorest/{other}"] = {
-                **paired_ratio(base, [r["requests_per_sec"] for r in per[other]]).__dict__,
-                "median": median(ratios),
+        for other in others:
+            # a run cut short by a failure can leave a round without its pair: pair by round number
+            rounds = {r["round"] for r in per[BASE]} & {r["round"] for r in per[other]}
+            base = [r["requests_per_sec"] for r in per[BASE] if r["round"] in rounds]
+            rates = [r["requests_per_sec"] for r in per[other] if r["round"] in rounds]
+            cell[f"{BASE}/{other}"] = {
+                **paired_ratio(base, rates).__dict__,
+                "median": median([a / b for a, b in zip(base, rates, strict=True) if b]),
             }
         table[f"{path} c={connections}"] = cell
-    return {"suite": suite, "contenders": contenders, "table": table}
+    return {"suite": suite, "contenders": contenders, "ratios": [f"{BASE}/{o}" for o in others], "table": table}
 
 
 def markdown(summary: dict) -> str:
-    contenders = summary["contenders"]
-    lines = [
-        "| endpoint | "
-        + " | ".join(f"{c} req/s (95% CI)" for c in contenders)
-        + " | "
-        + " | ".join(f"aiorest/{c} (mean, 95% CI; median)" for c in contenders[1:])
-        + " | server CPU µs/req ("
-        + ", ".join(contenders)
-        + ") | p99 ms | errors (timeouts) |",
-        "|" + "---|" * (2 * len(contenders) + 3),
+    contenders, ratio_keys = summary["contenders"], summary["ratios"]
+    names = ", ".join(contenders)
+    columns = [
+        "endpoint",
+        *(f"{c} req/s (95% CI)" for c in contenders),
+        *(f"{r} (mean, 95% CI; median)" for r in ratio_keys),
+        f"server CPU µs/req, median ({names})",
+        f"p99 ms, median ({names})",
+        f"errors (timeouts) ({names})",
     ]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for key, cell in summary["table"].items():
         rates = [
             f"{cell[c]['rps']['mean']:,.0f} ± {(cell[c]['rps']['ci_high'] - cell[c]['rps']['ci_low']) / 2:,.0f}"
             for c in contenders
         ]
         ratios = [
-            f"{cell[f'aiorest/{c}']['mean']:.2f} ({cell[f'aiorest/{c}']['ci_low']:.2f}–"
-            f"{cell[f'aiorest/{c}']['ci_high']:.2f}; {cell[f'aiorest/{c}']['median']:.2f})"
-            for c in contenders[1:]
+            f"{cell[r]['mean']:.2f} ({cell[r]['ci_low']:.2f}–{cell[r]['ci_high']:.2f}; {cell[r]['median']:.2f})"
+            for r in ratio_keys
         ]
         cpu = ", ".join(f"{cell[c]['server_cpu_us']:.1f}" for c in contenders)
         if not math.isnan(cell[contenders[0]]["postgres_cpu_us"]):
@@ -207,15 +220,34 @@ def plot(summary: dict, path: Path) -> bool:
     return bar_chart(path, f"{summary['suite']}: requests/s (95% CI)", keys, series, "requests/s")
 
 
+def select(items: list[T], name: Callable[[T], str], wanted: str | None, what: str) -> list[T]:
+    """The items named in the comma-separated ``wanted`` (all when empty), in the suite's order."""
+    if not wanted:
+        return items
+    names = {w.strip().lstrip("/") for w in wanted.split(",") if w.strip()}
+    unknown = names - {name(item) for item in items}
+    if unknown or not names:
+        choices = ", ".join(name(item) for item in items)
+        raise SystemExit(f"unknown {what}: {', '.join(sorted(unknown)) or wanted!r} (choose from {choices})")
+    return [item for item in items if name(item) in names]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("suite", choices=sorted(SUITES))
+    parser.add_argument("suite", nargs="?", default="core", choices=sorted(SUITES), help="default: core")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--duration", type=float, default=5.0, help="seconds of measured load per run")
     parser.add_argument("--connections", default=None, help="comma-separated levels (core: 64; db: 64,256)")
+    parser.add_argument("--contenders", default=None, help="comma-separated subset, e.g. aiohttp,ceiling")
+    parser.add_argument("--endpoints", default=None, help="comma-separated subset, e.g. json,plaintext")
+    parser.add_argument("--smoke", action="store_true", help="a quick check: 2 rounds of 1 s")
     parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL"), help="db suite: a PostgreSQL URL")
     args = parser.parse_args()
     require_wrk()
+    if args.smoke:
+        args.rounds, args.duration = 2, 1.0
+    contenders = select(SUITES[args.suite][0], lambda c: c.name, args.contenders, "contender")
+    paths = select(SUITES[args.suite][1], lambda p: p.lstrip("/").split("?")[0], args.endpoints, "endpoint")
     levels = [int(x) for x in (args.connections or ("64,256" if args.suite == "db" else "64")).split(",")]
     env = dict(os.environ)
     if args.suite == "db":
@@ -233,17 +265,19 @@ def main() -> None:
     out = ROOT / "bench" / "out" / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{args.suite}"
     out.mkdir(parents=True)
     raw: list[dict] = []
+    failure = None
     try:
-        raw = run_suite(args.suite, args.rounds, args.duration, levels, env)
+        run_suite(contenders, paths, args.rounds, args.duration, levels, env, args.suite == "db", raw)
     except KeyboardInterrupt:
         print("interrupted: writing what was measured", file=sys.stderr)
     except ServerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        failure = f"error: {exc}"
+        print(failure + "\nwriting what was measured before it", file=sys.stderr)
     finally:
         (out / "raw.json").write_text(json.dumps(raw, indent=1))
     if not raw:
-        raise SystemExit("nothing was measured")
-    summary = summarise_suite(raw, args.suite)
+        raise SystemExit(failure or "nothing was measured")
+    summary = summarise_suite(raw, args.suite, [c.name for c in contenders], paths)
     summary["command"] = " ".join(sys.argv)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     table = markdown(summary)
@@ -251,6 +285,8 @@ def main() -> None:
     plotted = plot(summary, out / "throughput.png")
     print(table)
     print(f"\nwritten to {out}" + ("" if plotted else " (no PNG: pip install matplotlib)"))
+    if failure:
+        raise SystemExit(failure)
 
 
 if __name__ == "__main__":
