@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: bench/ is a package
 
@@ -35,6 +35,8 @@ SERVERS = Path(__file__).resolve().parent / "servers"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 BASE = "aiorest"  # the ratios are aiorest over each other contender
 T = TypeVar("T")
+NO_FIGURES = ("p50_ms", "p99_ms", "server_cpu_us_per_request", "postgres_cpu_us_per_request")
+Record = dict[str, Any]  # one measured run, or one cell of the summary: JSON-shaped
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,11 @@ def measure(server: ServerProcess, path: str, connections: int, seconds: float, 
     result: WrkResult = run_wrk(url, connections=connections, seconds=seconds)
     server_cpu = cpu_seconds([server.process.pid, *child_pids(server.process.pid)]) - server_cpu
     pg_cpu = cpu_seconds(pg) - pg_cpu
-    done = max(result.requests, 1)
+    done = result.requests
+    if not done:
+        # wrk counts only finished requests: none means the run measured nothing (an overloaded machine)
+        print(f"warning: no request to {url} finished in {seconds:.0f} s", file=sys.stderr, flush=True)
+        return {**result.as_dict(), **dict.fromkeys(NO_FIGURES, math.nan)}
     return {
         **result.as_dict(),
         "server_cpu_us_per_request": server_cpu * 1e6 / done,
@@ -115,7 +121,7 @@ def run_suite(
     levels: list[int],
     env: dict[str, str],
     db: bool,
-    raw: list[dict],
+    raw: list[Record],
 ) -> None:
     """Append one record per measured run to ``raw`` (so a failure keeps what was measured)."""
     started = time.monotonic()
@@ -128,9 +134,10 @@ def run_suite(
                 for path in paths:
                     for connections in levels:
                         elapsed = time.monotonic() - started
+                        # the load average shows at a glance whether something else shares the machine
                         print(
                             f"round {round_number + 1}/{rounds}  {contender.name:8s} {path:22s} "
-                            f"c={connections:<4d} elapsed {elapsed:6.0f} s",
+                            f"c={connections:<4d} elapsed {elapsed:6.0f} s  load {os.getloadavg()[0]:5.1f}",
                             file=sys.stderr,
                             flush=True,
                         )
@@ -148,12 +155,12 @@ def run_suite(
                 server.stop()
 
 
-def summarise_suite(raw: list[dict], suite: str, contenders: list[str], paths: list[str]) -> dict:
+def summarise_suite(raw: list[Record], suite: str, contenders: list[str], paths: list[str]) -> Record:
     keys = sorted({(r["path"], r["connections"]) for r in raw}, key=lambda k: (paths.index(k[0]), k[1]))
     others = [name for name in contenders if name != BASE] if BASE in contenders else []
-    table: dict = {}
+    table: Record = {}
     for path, connections in keys:
-        cell: dict = {}
+        cell: Record = {}
         per = {
             name: sorted(
                 (r for r in raw if (r["contender"], r["path"], r["connections"]) == (name, path, connections)),
@@ -184,7 +191,7 @@ def summarise_suite(raw: list[dict], suite: str, contenders: list[str], paths: l
     return {"suite": suite, "contenders": contenders, "ratios": [f"{BASE}/{o}" for o in others], "table": table}
 
 
-def markdown(summary: dict) -> str:
+def markdown(summary: Record) -> str:
     contenders, ratio_keys = summary["contenders"], summary["ratios"]
     names = ", ".join(contenders)
     columns = [
@@ -210,11 +217,11 @@ def markdown(summary: dict) -> str:
             cpu += " (PostgreSQL: " + ", ".join(f"{cell[c]['postgres_cpu_us']:.0f}" for c in contenders) + ")"
         p99 = ", ".join(f"{cell[c]['p99_ms']:.1f}" for c in contenders)
         errors = ", ".join(f"{cell[c]['errors']} ({cell[c]['timeouts']})" for c in contenders)
-        lines.append(f"| {key} | " + " | ".join(rates) + " | " + " | ".join(ratios) + f" | {cpu} | {p99} | {errors} |")
+        lines.append("| " + " | ".join([key, *rates, *ratios, cpu, p99, errors]) + " |")
     return "\n".join(lines)
 
 
-def plot(summary: dict, path: Path) -> bool:
+def plot(summary: Record, path: Path) -> bool:
     keys = list(summary["table"])
     series = {c: [Summary(**summary["table"][k][c]["rps"]) for k in keys] for c in summary["contenders"]}
     return bar_chart(path, f"{summary['suite']}: requests/s (95% CI)", keys, series, "requests/s")
@@ -264,7 +271,7 @@ def main() -> None:
             raise SystemExit(f"cannot migrate the benchmark database: {migrate.stderr}")
     out = ROOT / "bench" / "out" / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{args.suite}"
     out.mkdir(parents=True)
-    raw: list[dict] = []
+    raw: list[Record] = []
     failure = None
     try:
         run_suite(contenders, paths, args.rounds, args.duration, levels, env, args.suite == "db", raw)

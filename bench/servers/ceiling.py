@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import socket
 from email.utils import formatdate
+from typing import cast
 
 import httptools
 import uvloop
@@ -28,7 +29,7 @@ NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 
 class Ceiling(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # a TCP server's transports are Transports
         self.parser = httptools.HttpRequestParser(self)
         self.url = b""
         sock = transport.get_extra_info("socket")
