@@ -223,6 +223,12 @@ class _Queries:
         names = [column.name for column in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
+    async def fetchrows(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
+        """Every row, as tuples in column order: for many rows, cheaper than dicts."""
+        cursor = await self._execute(sql, params)
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+        return rows
+
     async def fetchone(self, sql: str, params: Params = None) -> dict[str, Any] | None:
         """The first row as a dict, or None."""
         cursor = await self._execute(sql, params)

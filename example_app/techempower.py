@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from html import escape
+from operator import itemgetter
 
 from aiorest import Request, Response, Router
 from aiorest.db import Database
@@ -15,6 +16,7 @@ _FORTUNES_HEAD = (
 )
 _FORTUNES_TAIL = "</table></body></html>"
 _HTML = "text/html; charset=utf-8"
+_by_message = itemgetter(1)
 
 
 def _db(request: Request) -> Database:
@@ -69,10 +71,10 @@ async def multiple_queries(request: Request) -> list[dict[str, int]]:
 
 @router.get("/fortunes")
 async def fortunes(request: Request) -> Response:
-    rows = await _db(request).fetchall("SELECT id, message FROM fortune")
-    rows.append({"id": 0, "message": "Additional fortune added at request time."})
-    rows.sort(key=lambda row: row["message"])
-    cells = "".join(f"<tr><td>{row['id']}</td><td>{escape(row['message'])}</td></tr>" for row in rows)
+    rows = await _db(request).fetchrows("SELECT id, message FROM fortune")
+    rows.append((0, "Additional fortune added at request time."))
+    rows.sort(key=_by_message)
+    cells = "".join([f"<tr><td>{id_}</td><td>{escape(message)}</td></tr>" for id_, message in rows])
     return Response(_FORTUNES_HEAD + cells + _FORTUNES_TAIL, media_type=_HTML)
 
 

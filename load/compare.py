@@ -21,7 +21,7 @@ import psycopg2
 
 from bench.stats import Summary, bar_chart, line_chart, median, paired_ratio, summarise
 
-from .generators import FLOWS, LoadResult, run_locust, run_wrk_mix
+from .generators import FLOWS, LoadResult, run_locust, run_wrk_mix, wrk_paths
 from .targets import TARGETS, RunningServer, ServerError
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -39,6 +39,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--load-workers", type=int, default=1, help="locust processes (a master and N workers)")
     parser.add_argument("--pool", type=int, default=32, help="database connections per server")
     parser.add_argument("--queries", type=int, default=20, help="N for /queries and /updates")
+    parser.add_argument("--paths", help="wrk only: comma-separated paths instead of the flow's, e.g. /db")
     parser.add_argument("--think", default="0,0", help="locust think time, min,max seconds")
     parser.add_argument("--dsn", help="a PostgreSQL URL for a migrated database (default $DATABASE_URL)")
     parser.add_argument("--out", type=Path, default=OUT)
@@ -79,8 +80,9 @@ def raise_file_limit() -> int:
 def one_run(args: argparse.Namespace, server: RunningServer, level: int) -> LoadResult:
     think = tuple(float(x) for x in args.think.split(","))
     if args.tool == "wrk":
-        run_wrk_mix(server.url, flow=args.flow, connections=min(level, 100), seconds=args.warmup, queries=args.queries)
-        return run_wrk_mix(server.url, flow=args.flow, connections=level, seconds=args.duration, queries=args.queries)
+        paths = args.paths.split(",") if args.paths else wrk_paths(args.flow, args.queries)
+        run_wrk_mix(server.url, paths=paths, connections=min(level, 100), seconds=args.warmup)
+        return run_wrk_mix(server.url, paths=paths, connections=level, seconds=args.duration)
     run_locust(
         server.url,
         flow=args.flow,
@@ -166,7 +168,51 @@ def summarise_runs(raw: list[dict], targets: list[str], levels: list[int]) -> di
                     ]
                     row[f"aiorest/{other}"] = paired_ratio([a for a, _ in pairs], [b for _, b in pairs]).__dict__
         cells[str(level)] = row
-    return {"targets": targets, "levels": levels, "cells": cells}
+    return {
+        "targets": targets,
+        "levels": levels,
+        "cells": cells,
+        "endpoints": summarise_endpoints(raw, targets, levels),
+    }
+
+
+_ERROR_KINDS = ("failures", "timeouts", "socket_errors", "non_2xx")
+
+
+def summarise_endpoints(raw: list[dict], targets: list[str], levels: list[int]) -> dict:
+    """Per level and endpoint: each target's requests/s and errors, and aiorest's paired ratios."""
+    result: dict[str, dict] = {}
+    for level in levels:
+        per = {
+            t: sorted((r for r in raw if r["target"] == t and r["level"] == level), key=lambda r: r["round"])
+            for t in targets
+        }
+        paths = list(dict.fromkeys(path for runs in per.values() for r in runs for path in r["per_endpoint"]))
+        rows: dict[str, dict] = {}
+        for path in paths:
+            rates: dict[str, list[float]] = {}
+            row: dict = {}
+            for target, runs in per.items():
+                entries = [(r["per_endpoint"][path], r) for r in runs if path in r["per_endpoint"]]
+                if not entries:
+                    continue
+                # wrk reports each endpoint's own rate; locust's endpoints share the run's time
+                rates[target] = [
+                    e.get("rps", e["requests"] / r["seconds"] if r["seconds"] else 0.0) for e, r in entries
+                ]
+                row[target] = {
+                    "rps": summarise(rates[target]).__dict__,
+                    "requests": sum(e["requests"] for e, _ in entries),
+                    "p99_ms": median([e["p99_ms"] for e, _ in entries]),
+                    **{kind: sum(e.get(kind, 0) for e, _ in entries) for kind in _ERROR_KINDS},
+                }
+            for other in targets:
+                if other != "aiorest" and "aiorest" in rates and other in rates:
+                    n = min(len(rates["aiorest"]), len(rates[other]))
+                    row[f"aiorest/{other}"] = paired_ratio(rates["aiorest"][:n], rates[other][:n]).__dict__
+            rows[path] = row
+        result[str(level)] = rows
+    return result
 
 
 def markdown(summary: dict, command: str, tool: str) -> str:
@@ -200,7 +246,32 @@ def markdown(summary: dict, command: str, tool: str) -> str:
                     f"| {level} | **{key}** | **{ratio['mean']:.2f}×** | {ratio['ci_low']:.2f}–"
                     f"{ratio['ci_high']:.2f} | | | | | |"
                 )
+    lines += ["", *endpoint_markdown(summary, unit)]
     return "\n".join(lines)
+
+
+def endpoint_markdown(summary: dict, unit: str) -> list[str]:
+    """One row per level and endpoint: requests/s, errors by kind, and the ratios."""
+    targets = summary["targets"]
+    others = [t for t in targets if t != "aiorest"]
+    header = [unit, "endpoint", *(f"{t} req/s" for t in targets), *(f"aiorest/{t} (95% CI)" for t in others)]
+    header += [f"{t} errors (timeouts / socket / non-2xx)" for t in targets]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for level, rows in summary["endpoints"].items():
+        for path, row in rows.items():
+            cells = [level, f"`{path}`"]
+            cells += [f"{row[t]['rps']['mean']:,.0f}" if t in row else "–" for t in targets]
+            for other in others:
+                ratio = row.get(f"aiorest/{other}")
+                cells.append(f"{ratio['mean']:.2f}× ({ratio['ci_low']:.2f}–{ratio['ci_high']:.2f})" if ratio else "–")
+            cells += [
+                f"{row[t]['failures']} ({row[t]['timeouts']} / {row[t]['socket_errors']} / {row[t]['non_2xx']})"
+                if t in row
+                else "–"
+                for t in targets
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def plot(summary: dict, out: Path, tool: str) -> list[str]:
@@ -260,6 +331,8 @@ def main(argv: list[str]) -> int:
     if unknown:
         raise SystemExit(f"unknown target(s) {unknown}; choose from {sorted(TARGETS)}")
     levels = [int(x) for x in args.users.split(",")]
+    if args.paths and not all(path.startswith("/") for path in args.paths.split(",")):
+        raise SystemExit(f"--paths takes paths that start with '/', e.g. /db,/fortunes; got {args.paths!r}")
     dsn = check_database(args.dsn)
     limit = raise_file_limit()
     if max(levels) + 100 > limit:

@@ -116,8 +116,10 @@ def run_locust(
         ]
         if processes > 1:
             command[3:3] = ["--processes", str(processes)]
+        cores = min(processes, os.cpu_count() or 1)  # what the generator can use at most
         if cpu is not None and shutil.which("taskset"):
             command = ["taskset", "-c", str(cpu), *command]
+            cores = 1  # every locust process shares the one core
         started = time.monotonic()
         process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         cpu_before, cpu_after = _cpu_seconds(process.pid), 0.0
@@ -130,7 +132,7 @@ def run_locust(
         if not stats_file.exists():
             raise RuntimeError(f"locust wrote no results (exit {process.returncode}):\n{stderr[-3000:]}")
         entries = [e for e in json.loads(stats_file.read_text()) if e["name"] not in _BOOKKEEPING]
-    busy = (cpu_after - cpu_before) / (wall * max(1, processes))
+    busy = (cpu_after - cpu_before) / (wall * cores)
     return _summarise_locust(entries, busy)
 
 
@@ -164,9 +166,13 @@ def _summarise_locust(entries: list[dict], busy: float) -> LoadResult:
     )
 
 
-def run_wrk_mix(url: str, *, flow: str, connections: int, seconds: int, queries: int) -> LoadResult:
-    """wrk on each endpoint of the flow in turn, ``seconds`` split between them."""
-    paths = [p.format(n=queries) for p in TFB_PATHS] if flow != "notes" else ["/notes?limit=10"]
+def wrk_paths(flow: str, queries: int) -> list[str]:
+    """The endpoints ``--tool wrk`` drives for a flow."""
+    return [p.format(n=queries) for p in TFB_PATHS] if flow != "notes" else ["/notes?limit=10"]
+
+
+def run_wrk_mix(url: str, *, paths: list[str], connections: int, seconds: int) -> LoadResult:
+    """wrk on each of ``paths`` in turn, ``seconds`` split between them."""
     share = max(1, seconds // len(paths))
     results = {}
     for path in paths:

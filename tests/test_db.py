@@ -32,6 +32,7 @@ async def test_row_helpers(db):
     assert await db.fetchone("SELECT * FROM items WHERE id = %s", (1,)) == {"id": 1, "qty": 5}
     assert await db.fetchone("SELECT * FROM items WHERE id = %s", (99,)) is None
     assert await db.fetchall("SELECT id FROM items ORDER BY id") == [{"id": 1}, {"id": 2}]
+    assert await db.fetchrows("SELECT id, qty FROM items WHERE id > %s ORDER BY id", (0,)) == [(1, 5), (2, 7)]
     assert await db.fetchval("SELECT sum(qty) FROM items") == 12
     assert await db.fetchval("SELECT 'a%%' || %s", ("b",)) == "a%b"
     assert await db.fetchval("SELECT %(x)s::int * 2", {"x": 21}) == 42  # named: not prepared

@@ -64,6 +64,13 @@ def test_compare_smoke_run_writes_every_output(tool, shared_database_url, tmp_pa
     assert lag is not None and lag["max_ms"] >= lag["p99_ms"] >= lag["p50_ms"] >= 0
     table = (out / "summary.md").read_text()
     assert "| 2 | aiorest |" in table and "| 4 | aiorest |" in table
+    endpoints = summary["endpoints"]["4"]
+    assert endpoints and any(row["aiorest"]["requests"] > 0 for row in endpoints.values()), endpoints
+    unit = "connections" if tool == "wrk" else "users"
+    assert f"| {unit} | endpoint | aiorest req/s |" in table
+    if tool == "wrk":
+        assert list(endpoints) == ["/notes?limit=10"]
+        assert endpoints["/notes?limit=10"]["aiorest"]["timeouts"] == 0
     for png in ("throughput_bars.png", "throughput_vs_users.png", "failures_vs_users.png", "p99_vs_users.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
 
