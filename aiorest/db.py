@@ -325,6 +325,7 @@ class Database(_Queries):
         self.application_name = application_name
         self._idle: deque[_Connection] = deque()
         self._waiters: deque[asyncio.Future[_Connection]] = deque()
+        self._given_up = 0  # waiters that timed out or were cancelled since the last sweep
         self._size = 0  # open connections plus those being opened
         self._closed = True
 
@@ -432,10 +433,21 @@ class Database(_Queries):
             timer.cancel()
             if not waiter.done():
                 waiter.cancel()
-            try:
-                self._waiters.remove(waiter)
-            except ValueError:
-                pass
+            if not waiter.cancelled() and waiter.exception() is None:
+                pass  # handed a connection: _release took it off the queue
+            else:
+                self._gave_up()
+
+    def _gave_up(self) -> None:
+        """A waiter timed out or was cancelled and stays queued: _release skips it.
+
+        Taking it out at once would scan the queue, O(n) a request with thousands
+        waiting; sweeping when given-up waiters may be half the queue is O(1) each.
+        """
+        self._given_up += 1
+        if self._given_up > 64 and self._given_up * 2 > len(self._waiters):
+            self._waiters = deque(waiter for waiter in self._waiters if not waiter.done())
+            self._given_up = 0
 
     def _release(self, connection: _Connection) -> None:
         if self._closed or not connection.reusable:

@@ -20,6 +20,7 @@ import asyncio
 import contextvars
 import logging
 import socket
+import sys
 from collections import deque
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, cast
@@ -56,6 +57,7 @@ _METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELE
 _NO_BODY_STATUSES = frozenset({204, 304})
 _LARGE_BODY = 16 * 1024  # above this, head and body go to the socket as two buffers
 _FEED_SLICE = 16 * 1024  # bytes parsed at a time, so a paused connection stops promptly
+_EAGER = sys.version_info >= (3, 12)  # asyncio.Task(eager_start=True)
 
 
 class _ParseAbort(Exception):
@@ -106,6 +108,7 @@ class HttpProtocol(asyncio.Protocol):
         self._writing_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None  # the handler's; a strong reference
+        self._processing = False  # a handler's first step runs inside _process (Python 3.12+)
         self._refusal: HTTPError | None = None  # set past max_connections
         # deadlines: when the head began, the connection went idle, a body wait began
         self._head_since = state.now
@@ -394,9 +397,24 @@ class HttpProtocol(asyncio.Protocol):
         # Every handler runs in a Task of its own, from its first line: code that
         # needs the current task before its first await (asyncio.timeout, a
         # TaskGroup, client libraries built on them) works, and contextvars are
-        # per request. Running the first step inline would save about 1 µs a
-        # request, but on Python 3.11 it leaves current_task() empty there.
-        self._task = self._loop.create_task(self._handle(request, coro), context=contextvars.copy_context())
+        # per request. From Python 3.12 the Task starts eagerly: its first step
+        # runs now, and a handler that answers without waiting never goes
+        # through the event loop (about 2 µs a request). Running that step
+        # inline without a Task would save as much on 3.11, but leaves
+        # current_task() empty there.
+        context = contextvars.copy_context()
+        if _EAGER:
+            self._processing = True
+            try:
+                task = asyncio.Task(  # type: ignore[call-arg,unused-ignore]  # eager_start: Python 3.12+
+                    self._handle(request, coro), loop=self._loop, context=context, eager_start=True
+                )
+            finally:
+                self._processing = False
+            if not task.done():
+                self._task = task
+        else:
+            self._task = self._loop.create_task(self._handle(request, coro), context=context)
 
     async def _handle(self, request: Request, coro: Coroutine[Any, Any, Any]) -> None:
         try:
@@ -414,7 +432,8 @@ class HttpProtocol(asyncio.Protocol):
             self._close()
             return
         self._task = None
-        self._process()
+        if not self._processing:  # else _process, which started this task eagerly, goes on
+            self._process()
 
     def _respond(self, request: Request, result: Any) -> Coroutine[Any, Any, None] | None:
         """Write the response; a StreamResponse gives back the coroutine that streams it."""

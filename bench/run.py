@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: bench/ is a package
 
-from bench.process import ServerError, ServerProcess  # noqa: E402
+from bench.process import ServerError, ServerProcess, postgres_pids, postgres_pinned  # noqa: E402
 from bench.stats import Summary, bar_chart, median, paired_ratio, summarise  # noqa: E402
 from bench.wrk import WrkResult, require_wrk, run_wrk  # noqa: E402
 
@@ -72,18 +73,6 @@ def cpu_seconds(pids: list[int]) -> float:
             continue
         total += int(fields[11]) + int(fields[12])  # utime + stime
     return total / CLOCK_TICKS
-
-
-def postgres_pids() -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().strip() in ("postgres", "postmaster"):
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
 
 
 def measure(server: ServerProcess, path: str, connections: int, seconds: float, db: bool) -> dict[str, float]:
@@ -274,7 +263,10 @@ def main() -> None:
     raw: list[Record] = []
     failure = None
     try:
-        run_suite(contenders, paths, args.rounds, args.duration, levels, env, args.suite == "db", raw)
+        with postgres_pinned(1) if args.suite == "db" else nullcontext(True) as pinned:
+            if not pinned:
+                print("cannot pin PostgreSQL to CPU 1 (needs root): it shares the server's core", file=sys.stderr)
+            run_suite(contenders, paths, args.rounds, args.duration, levels, env, args.suite == "db", raw)
     except KeyboardInterrupt:
         print("interrupted: writing what was measured", file=sys.stderr)
     except ServerError as exc:

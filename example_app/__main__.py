@@ -27,7 +27,7 @@ def embedded_postgres_url() -> str:
         ) from None
     data = Path(tempfile.gettempdir()) / f"aiorest-pgdata-{os.getuid()}"
     _prune_dead_pids(data / ".handle_pids.json")
-    server = pgserver.get_server(str(data), cleanup_mode="stop")
+    server = pgserver.get_server(str(data), cleanup_mode="stop")  # type: ignore[attr-defined]
     return str(server.get_uri())
 
 

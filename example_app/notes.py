@@ -3,14 +3,16 @@
 A note's ``version`` is its ETag. PUT, PATCH and DELETE take the version they
 were based on, in ``If-Match`` or as ``"version"`` in the body; a stale one
 gets 412 and the client re-reads. Without either, PUT and PATCH get 428.
+``If-Match: *`` writes whatever the version; a weak ETag never matches.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from aiorest import (
+    HTTPBadRequest,
     HTTPError,
     HTTPNotFound,
     HTTPPreconditionFailed,
@@ -25,7 +27,7 @@ from aiorest.db import Database
 router = Router()
 
 MAX_LIMIT = 100
-_FIELDS = {"title": str, "body": str, "done": bool}
+_FIELDS: dict[str, type[Any]] = {"title": str, "body": str, "done": bool}
 _COLUMNS = "id, title, body, done, version, created_at, updated_at"
 
 
@@ -74,20 +76,43 @@ def _validate(data: Any, *, partial: bool) -> dict[str, Any]:
     return fields
 
 
-def _expected_version(request: Request, data: Any) -> int | None:
-    """The version a write is based on: ``If-Match`` first, else the body's ``version``."""
+def _expected_versions(request: Request, data: Any) -> list[int] | Literal["*"] | None:
+    """The versions a write may apply to: ``If-Match`` first, else the body's ``version``.
+
+    None: the request names none. ``"*"``: ``If-Match: *``, any version. A list:
+    the versions of the ETags listed (a weak ETag, ``W/"3"``, never matches
+    If-Match: RFC 9110, 13.1.1); it may be empty, and then nothing matches.
+    """
     if_match = request.headers.get("if-match")
     if if_match is not None:
-        try:
-            return int(if_match.strip().removeprefix("W/").strip('"'))
-        except ValueError:
-            raise HTTPPreconditionFailed("If-Match must be a note's ETag, e.g. '\"3\"'") from None
+        if if_match.strip() == "*":
+            return "*"
+        versions = []
+        for tag in if_match.split(","):
+            tag = tag.strip()
+            if len(tag) < 2 or tag[0] != '"' or tag[-1] != '"':
+                if not tag.startswith('W/"'):
+                    raise HTTPBadRequest("If-Match must list ETags, e.g. '\"3\"', or be *")
+                continue
+            digits = tag[1:-1]
+            if digits.isascii() and digits.isdigit() and len(digits) < 19:
+                versions.append(int(digits))
+        return versions
     version = data.get("version") if isinstance(data, dict) else None
     if version is None:
         return None
     if not isinstance(version, int) or isinstance(version, bool):
         raise HTTPUnprocessableEntity("invalid note", details={"version": "must be an integer"})
-    return version
+    return [version]
+
+
+def _version_condition(expected: list[int] | Literal["*"]) -> tuple[str, tuple[Any, ...]]:
+    """The SQL that restricts a write to the expected versions, and its parameters."""
+    if expected == "*":
+        return "", ()
+    if len(expected) == 1:
+        return " AND version = %s", (expected[0],)
+    return " AND version = ANY(%s)", (expected,)
 
 
 MAX_ID = 2**63 - 1  # bigserial
@@ -109,10 +134,13 @@ def _int_param(request: Request, name: str, default: int | None) -> int | None:
     text = request.query.get(name)
     if text is None or text == "":
         return default
+    digits = text.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit()):  # int() would take "1_0", " 5" and "٥"
+        raise HTTPUnprocessableEntity("invalid query", details={name: "must be an integer"})
     try:
         value = int(text)
-    except ValueError:
-        raise HTTPUnprocessableEntity("invalid query", details={name: "must be an integer"}) from None
+    except ValueError:  # more digits than int() converts
+        raise HTTPUnprocessableEntity("invalid query", details={name: "out of range"}) from None
     if not (1 if name == "limit" else 0) <= value <= MAX_ID:
         raise HTTPUnprocessableEntity("invalid query", details={name: "out of range"})
     return value
@@ -123,7 +151,8 @@ async def list_notes(request: Request) -> dict[str, Any]:
     """Notes by id, ``limit`` (≤ 100) at a time after the ``after`` cursor; filters ``done`` and ``q``."""
     limit = min(_int_param(request, "limit", 20) or 20, MAX_LIMIT)
     after = _int_param(request, "after", 0) or 0
-    where, params = ["id > %s"], [after]
+    where = ["id > %s"]
+    params: list[Any] = [after]
     done = request.query.get("done")
     if done is not None:
         if done not in ("true", "false"):
@@ -174,18 +203,21 @@ async def get_note(request: Request) -> JSONResponse:
 async def _update(request: Request, *, partial: bool) -> JSONResponse:
     data = await request.json()
     fields = _validate(data, partial=partial)
-    expected = _expected_version(request, data)
+    expected = _expected_versions(request, data)
     if expected is None:
         raise HTTPError("send If-Match with the note's ETag, or its version in the body", status=428)
     if not fields:
         raise HTTPUnprocessableEntity("invalid note", details={"body": "no field to change"})
     note_id = _note_id(request)
-    assignments = ", ".join(f"{name} = %s" for name in fields)
-    row = await _db(request).fetchone(
-        f"UPDATE notes SET {assignments}, version = version + 1, updated_at = now() "
-        f"WHERE id = %s AND version = %s RETURNING {_COLUMNS}",
-        (*fields.values(), note_id, expected),
-    )
+    row = None
+    if expected:  # an empty list matches no version
+        assignments = ", ".join(f"{name} = %s" for name in fields)
+        condition, versions = _version_condition(expected)
+        row = await _db(request).fetchone(
+            f"UPDATE notes SET {assignments}, version = version + 1, updated_at = now() "
+            f"WHERE id = %s{condition} RETURNING {_COLUMNS}",
+            (*fields.values(), note_id, *versions),
+        )
     if row is None:
         await _raise_missing_or_stale(request, note_id)
     assert row is not None
@@ -212,11 +244,11 @@ async def patch_note(request: Request) -> JSONResponse:
 @router.delete("/notes/{note_id:int}")
 async def delete_note(request: Request) -> Response:
     note_id = _note_id(request)
-    expected = _expected_version(request, None)
-    if expected is None:
-        deleted = await _db(request).execute("DELETE FROM notes WHERE id = %s", (note_id,))
-    else:
-        deleted = await _db(request).execute("DELETE FROM notes WHERE id = %s AND version = %s", (note_id, expected))
+    expected = _expected_versions(request, None)
+    deleted = 0
+    if expected != []:  # an empty list matches no version
+        condition, versions = _version_condition(expected or "*")
+        deleted = await _db(request).execute(f"DELETE FROM notes WHERE id = %s{condition}", (note_id, *versions))
     if not deleted:
         await _raise_missing_or_stale(request, note_id)
     return Response(status=204)

@@ -26,11 +26,13 @@ def _db(request: Request) -> Database:
 
 def _count(request: Request) -> int:
     """``queries``: missing, empty, 0 or not a number → 1; above 500 → 500."""
-    try:
-        count = int(request.query.get("queries", "1"))
-    except ValueError:
+    text = request.query.get("queries", "1")
+    if not (text.isascii() and text.isdigit()):  # int() would take "1_0", " 5" and "٥"
         return 1
-    return min(max(count, 1), 500)
+    digits = text.lstrip("0")
+    if len(digits) > 3:
+        return 500
+    return min(max(int(digits or "0"), 1), 500)
 
 
 def _random_id() -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psycopg2
 
+from bench.process import postgres_pinned
 from bench.stats import Summary, bar_chart, line_chart, median, paired_ratio, summarise
 
 from .generators import FLOWS, LoadResult, run_locust, run_wrk_mix, wrk_paths
@@ -37,6 +38,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=3, help="seconds of discarded load before each run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--load-workers", type=int, default=1, help="locust processes (a master and N workers)")
+    parser.add_argument(
+        "--generator-cpus",
+        default="1",
+        help="CPUs locust is pinned to, a taskset list (default 1; e.g. 1-7 with --load-workers 7 on 8 cores)",
+    )
     parser.add_argument("--pool", type=int, default=32, help="database connections per server")
     parser.add_argument("--queries", type=int, default=20, help="N for /queries and /updates")
     parser.add_argument("--paths", help="wrk only: comma-separated paths instead of the flow's, e.g. /db")
@@ -91,6 +97,7 @@ def one_run(args: argparse.Namespace, server: RunningServer, level: int) -> Load
         processes=args.load_workers,
         think=(think[0], think[1]),
         queries=args.queries,
+        cpus=args.generator_cpus,
     )
     return run_locust(
         server.url,
@@ -100,6 +107,7 @@ def one_run(args: argparse.Namespace, server: RunningServer, level: int) -> Load
         processes=args.load_workers,
         think=(think[0], think[1]),
         queries=args.queries,
+        cpus=args.generator_cpus,
     )
 
 
@@ -343,7 +351,10 @@ def main(argv: list[str]) -> int:
     raw: list[dict] = []
     status = 0
     try:
-        measure(args, dsn, targets, levels, raw)
+        with postgres_pinned(1) as pinned:
+            if not pinned:
+                print("cannot pin PostgreSQL to CPU 1 (needs root): it shares the server's core", file=sys.stderr)
+            measure(args, dsn, targets, levels, raw)
     except KeyboardInterrupt:
         print("interrupted: writing what was measured", file=sys.stderr)
         status = 130

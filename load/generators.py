@@ -42,6 +42,15 @@ class LoadResult:
         return {**asdict(self), "failure_rate": self.failure_rate}
 
 
+def count_cpus(cpus: str) -> int:
+    """How many CPUs a taskset list names: "1" → 1, "1-3,6" → 4."""
+    total = 0
+    for part in cpus.split(","):
+        first, _, last = part.partition("-")
+        total += int(last or first) - int(first) + 1
+    return total
+
+
 def _cpu_seconds(pid: int) -> float:
     """CPU time of a process and of its children (locust's workers), in seconds."""
     total = 0.0
@@ -79,7 +88,7 @@ def run_locust(
     processes: int,
     think: tuple[float, float],
     queries: int,
-    cpu: int | None = 1,
+    cpus: str | None = "1",
 ) -> LoadResult:
     """A headless locust run; totals come from its JSON file (the CSV misses the last second)."""
     with tempfile.TemporaryDirectory(prefix="aiorest-locust-") as directory:
@@ -117,9 +126,9 @@ def run_locust(
         if processes > 1:
             command[3:3] = ["--processes", str(processes)]
         cores = min(processes, os.cpu_count() or 1)  # what the generator can use at most
-        if cpu is not None and shutil.which("taskset"):
-            command = ["taskset", "-c", str(cpu), *command]
-            cores = 1  # every locust process shares the one core
+        if cpus is not None and shutil.which("taskset"):
+            command = ["taskset", "-c", cpus, *command]
+            cores = min(processes, count_cpus(cpus))  # the locust processes share these cores
         started = time.monotonic()
         process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         cpu_before, cpu_after = _cpu_seconds(process.pid), 0.0

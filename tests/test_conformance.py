@@ -358,9 +358,15 @@ def test_writes_need_the_current_version(server):
     assert send(server, "PUT", url, {"body": "no title"}, {"If-Match": '"3"'}).json() == error(
         422, "invalid note", {"title": "required"}
     )
-    assert send(server, "PATCH", url, {"body": "x"}, {"If-Match": "*"}).json() == error(
-        412, "If-Match must be a note's ETag, e.g. '\"3\"'"
+    assert send(server, "PATCH", url, {"body": "x"}, {"If-Match": "3"}).json() == error(
+        400, "If-Match must list ETags, e.g. '\"3\"', or be *"
     )
+    weak = send(server, "PATCH", url, {"body": "x"}, {"If-Match": 'W/"3"'})
+    assert weak.json() == error(412, "the note changed since you read it", {"version": 3})
+    listed = send(server, "PATCH", url, {"body": "listed"}, {"If-Match": '"9", "3"'})
+    assert listed.status == 200 and listed.headers["ETag"] == '"4"'
+    star = send(server, "PATCH", url, {"body": "any"}, {"If-Match": "*"})
+    assert star.status == 200 and star.headers["ETag"] == '"5"'
     assert send(server, "PATCH", url, {"body": "x", "version": "3"}).json() == error(
         422, "invalid note", {"version": "must be an integer"}
     )

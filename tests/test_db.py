@@ -157,6 +157,25 @@ async def test_cancelled_waiter_does_not_leak_a_connection(database_url):
         await db.close()
 
 
+async def test_waiters_that_give_up_do_not_pile_up(database_url):
+    # Waiters that time out stay queued (taking each out would scan the queue);
+    # a sweep keeps them to about half the queue, and the pool serves on.
+    db = Database(database_url, min_size=1, max_size=1, acquire_timeout=0.05)
+    await db.open()
+    try:
+        holder = asyncio.create_task(db.fetchval("SELECT pg_sleep(0.4)"))
+        await asyncio.sleep(0.05)
+        for _ in range(4):
+            results = await asyncio.gather(*(db.fetchval("SELECT 1") for _ in range(100)), return_exceptions=True)
+            assert all(isinstance(result, PoolTimeout) for result in results)
+        assert len(db._waiters) <= 130  # 400 gave up
+        await holder
+        assert await db.fetchval("SELECT 2") == 2
+        assert db.size == 1
+    finally:
+        await db.close()
+
+
 async def test_killed_backends_give_503_then_recover(database_url):
     app = App()
     db = Database(database_url, min_size=4, max_size=4, application_name="aiorest-kill-test")

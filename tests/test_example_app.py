@@ -94,6 +94,38 @@ async def test_update_with_if_match_and_stale_write_is_412(client):
         assert response.status == 422
 
 
+async def test_if_match_lists_star_and_weak_etags(client):
+    note = await create(client)
+    url = f"/notes/{note['id']}"
+    async with client.patch(url, json={"done": True}, headers={"If-Match": '"5", "1"'}) as response:
+        assert response.status == 200  # one of the listed ETags is current
+        assert response.headers["ETag"] == '"2"'
+    async with client.patch(url, json={"done": False}, headers={"If-Match": 'W/"2"'}) as response:
+        assert response.status == 412  # a weak ETag never matches If-Match
+    async with client.patch(url, json={"done": False}, headers={"If-Match": "*"}) as response:
+        assert response.status == 200
+        assert (await response.json())["version"] == 3
+    async with client.patch(url, json={"done": True}, headers={"If-Match": "3"}) as response:
+        assert response.status == 400  # not an ETag: unquoted
+    async with client.patch("/notes/999999999", json={"done": True}, headers={"If-Match": "*"}) as response:
+        assert response.status == 404
+    async with client.delete(url, headers={"If-Match": '"1", "2"'}) as response:
+        assert response.status == 412
+        assert (await response.json())["error"]["details"] == {"version": 3}
+    async with client.delete(url, headers={"If-Match": "*"}) as response:
+        assert response.status == 204
+
+
+async def test_list_query_integers_are_strict(client):
+    for value in ("1_0", "%205", "%D9%A5", "x"):
+        async with client.get(f"/notes?limit={value}") as response:
+            assert response.status == 422, value
+            assert (await response.json())["error"]["details"] == {"limit": "must be an integer"}
+    async with client.get("/notes?after=" + "9" * 5000) as response:
+        assert response.status == 422
+        assert (await response.json())["error"]["details"] == {"after": "out of range"}
+
+
 async def test_delete_is_204_then_404(client):
     note = await create(client)
     async with client.delete(f"/notes/{note['id']}", headers={"If-Match": '"7"'}) as response:

@@ -80,7 +80,11 @@ async def test_db_returns_one_world_row_with_one_select(client, statements):
         ("?queries=foo", 1),
         ("?queries=-3", 1),
         ("?queries=7", 7),
+        ("?queries=007", 7),
+        ("?queries=1_0", 1),  # Python's int() reads 10
+        ("?queries=%205", 1),  # and 5
         ("?queries=501", 500),
+        ("?queries=" + "9" * 5000, 500),  # more digits than int() converts
     ],
 )
 async def test_queries_clamps_and_runs_one_select_per_row(client, statements, query, count):

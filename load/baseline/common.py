@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from html import escape
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 import psycopg2
@@ -28,6 +28,7 @@ TEXT_TYPE = "text/plain; charset=utf-8"
 HTML_TYPE = "text/html; charset=utf-8"
 MAX_BODY_SIZE = 1024 * 1024  # aiorest's Limits.max_body_size
 NOTES_PATH = "/notes"
+MAX_ID = 2**63 - 1  # bigserial
 
 # -- command line --------------------------------------------------------------------
 
@@ -249,30 +250,53 @@ def validate_note(data: Any, *, partial: bool) -> dict[str, Any]:
     return fields
 
 
-def expected_version(if_match: str | None, data: Any) -> int | None:
-    """The version a write is based on: ``If-Match`` first, else the body's ``version``."""
+def expected_versions(if_match: str | None, data: Any) -> list[int] | Literal["*"] | None:
+    """The versions a write may apply to: ``If-Match`` first, else the body's ``version``.
+
+    None: none named. ``"*"``: any version. A list (maybe empty): the listed
+    strong ETags' versions; a weak ETag never matches If-Match.
+    """
     if if_match is not None:
-        try:
-            return int(if_match.strip().removeprefix("W/").strip('"'))
-        except ValueError:
-            raise ApiError(412, "If-Match must be a note's ETag, e.g. '\"3\"'") from None
+        if if_match.strip() == "*":
+            return "*"
+        versions = []
+        for tag in if_match.split(","):
+            tag = tag.strip()
+            if len(tag) < 2 or tag[0] != '"' or tag[-1] != '"':
+                if not tag.startswith('W/"'):
+                    raise ApiError(400, "If-Match must list ETags, e.g. '\"3\"', or be *")
+                continue
+            digits = tag[1:-1]
+            if digits.isascii() and digits.isdigit() and len(digits) < 19:
+                versions.append(int(digits))
+        return versions
     version = data.get("version") if isinstance(data, dict) else None
     if version is None:
         return None
     if not isinstance(version, int) or isinstance(version, bool):
         raise ApiError(422, "invalid note", details={"version": "must be an integer"})
-    return version
+    return [version]
+
+
+def _version_condition(expected: list[int] | Literal["*"]) -> tuple[str, tuple[Any, ...]]:
+    if expected == "*":
+        return "", ()
+    if len(expected) == 1:
+        return " AND version = %s", (expected[0],)
+    return " AND version = ANY(%s)", (expected,)
 
 
 def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
     text = query.get(name)
     if text is None or text == "":
         return default
+    if not (text.removeprefix("-").isascii() and text.removeprefix("-").isdigit()):
+        raise ApiError(422, "invalid query", details={name: "must be an integer"})
     try:
         value = int(text)
-    except ValueError:
-        raise ApiError(422, "invalid query", details={name: "must be an integer"}) from None
-    if value < (1 if name == "limit" else 0):
+    except ValueError:  # more digits than int() converts
+        raise ApiError(422, "invalid query", details={name: "out of range"}) from None
+    if not (1 if name == "limit" else 0) <= value <= MAX_ID:
         raise ApiError(422, "invalid query", details={name: "out of range"})
     return value
 
@@ -339,19 +363,22 @@ def get_note(pool: Pool, note_id: int) -> dict[str, Any]:
 def update_note(pool: Pool, note_id: int, data: Any, if_match: str | None, *, partial: bool) -> dict[str, Any]:
     """PUT (``partial=False``) or PATCH: 412 on a stale version, 428 without one."""
     fields = validate_note(data, partial=partial)
-    expected = expected_version(if_match, data)
+    expected = expected_versions(if_match, data)
     if expected is None:
         raise ApiError(428, "send If-Match with the note's ETag, or its version in the body")
     if not fields:
         raise ApiError(422, "invalid note", details={"body": "no field to change"})
     assignments = ", ".join(f"{name} = %s" for name in fields)
     with pool.cursor() as cur:
-        cur.execute(
-            f"UPDATE notes SET {assignments}, version = version + 1, updated_at = now() "
-            f"WHERE id = %s AND version = %s RETURNING {_COLUMNS}",
-            (*fields.values(), note_id, expected),
-        )
-        note = _fetch_note(cur)
+        note = None
+        if expected:  # an empty list matches no version
+            condition, versions = _version_condition(expected)
+            cur.execute(
+                f"UPDATE notes SET {assignments}, version = version + 1, updated_at = now() "
+                f"WHERE id = %s{condition} RETURNING {_COLUMNS}",
+                (*fields.values(), note_id, *versions),
+            )
+            note = _fetch_note(cur)
         if note is None:
             _raise_missing_or_stale(cur, note_id)
     assert note is not None
@@ -359,13 +386,14 @@ def update_note(pool: Pool, note_id: int, data: Any, if_match: str | None, *, pa
 
 
 def delete_note(pool: Pool, note_id: int, if_match: str | None) -> None:
-    expected = expected_version(if_match, None)
+    expected = expected_versions(if_match, None)
     with pool.cursor() as cur:
-        if expected is None:
-            cur.execute("DELETE FROM notes WHERE id = %s", (note_id,))
-        else:
-            cur.execute("DELETE FROM notes WHERE id = %s AND version = %s", (note_id, expected))
-        if not cur.rowcount:
+        deleted = 0
+        if expected != []:  # an empty list matches no version
+            condition, versions = _version_condition(expected or "*")
+            cur.execute(f"DELETE FROM notes WHERE id = %s{condition}", (note_id, *versions))
+            deleted = cur.rowcount
+        if not deleted:
             _raise_missing_or_stale(cur, note_id)
 
 
@@ -389,11 +417,13 @@ _SELECT_WORLD = "SELECT id, randomnumber FROM world WHERE id = %s"
 
 def query_count(text: str | None) -> int:
     """``queries``: missing, empty, 0 or not a number → 1; above 500 → 500."""
-    try:
-        count = int(text if text is not None else "1")
-    except ValueError:
+    text = "1" if text is None else text
+    if not (text.isascii() and text.isdigit()):  # int() would take "1_0", " 5" and "٥"
         return 1
-    return min(max(count, 1), 500)
+    digits = text.lstrip("0")
+    if len(digits) > 3:
+        return 500
+    return min(max(int(digits or "0"), 1), 500)
 
 
 def _random_id() -> int:

@@ -1,0 +1,117 @@
+"""The framework's own cost per request, without sockets: a profiling aid.
+
+Feeds keep-alive requests one at a time to an HttpProtocol with a stand-in
+transport, on uvloop, and prints microseconds per request (the median of
+several repeats). What it leaves out (recv, send, epoll) is the same for every
+server on the machine, so a change here shows up clearly where wrk's figures
+would drown it in noise. ``--profile`` prints cProfile's top functions instead.
+
+    python -m bench.inprocess [--requests 100000] [--repeats 7] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import pstats
+import statistics
+import sys
+import time
+from typing import Any
+
+from aiorest import App, Limits
+from aiorest.protocol import HttpProtocol, ServerState
+from bench.servers.aiorest_app import app as bench_app
+
+REQUESTS = {
+    "/json": b"GET /json HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n",
+    "/plaintext": b"GET /plaintext HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n",
+}
+
+
+class _Transport:
+    """Counts the responses written; everything else is a no-op."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def write(self, data: bytes) -> None:
+        self.writes += 1
+
+    def writelines(self, chunks: Any) -> None:
+        self.writes += 1
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 50000) if name == "peername" else default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        raise RuntimeError("the benchmark connection was closed: a request failed")
+
+
+async def _drive(app: App, request: bytes, count: int) -> float:
+    """Seconds to answer ``count`` requests, each after the previous one's response."""
+    loop = asyncio.get_running_loop()
+    state = ServerState()
+    state.refresh()
+    protocol = HttpProtocol(app, state, Limits(), loop)
+    transport = _Transport()
+    protocol.connection_made(transport)  # type: ignore[arg-type]
+    started = time.perf_counter()
+    for answered in range(1, count + 1):
+        protocol.data_received(request)
+        while transport.writes < answered:
+            await asyncio.sleep(0)  # the handler's Task runs (Python < 3.12)
+    return time.perf_counter() - started
+
+
+async def _measure(args: argparse.Namespace) -> None:
+    await bench_app.startup()
+    try:
+        for path, request in REQUESTS.items():
+            await _drive(bench_app, request, 2000)  # warm up
+            if args.profile:
+                profiler = cProfile.Profile()
+                profiler.enable()
+                await _drive(bench_app, request, args.requests)
+                profiler.disable()
+                print(f"== {path}")
+                pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+                continue
+            runs = [await _drive(bench_app, request, args.requests) for _ in range(args.repeats)]
+            per_request = [run * 1e6 / args.requests for run in runs]
+            print(
+                f"{path:12s} {statistics.median(per_request):6.2f} µs/request "
+                f"(min {min(per_request):.2f}, max {max(per_request):.2f}; {args.repeats} × {args.requests:,})"
+            )
+    finally:
+        await bench_app.shutdown()
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.inprocess", description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--profile", action="store_true", help="cProfile one run per endpoint instead")
+    args = parser.parse_args(argv)
+    try:
+        import uvloop
+    except ImportError:
+        print("uvloop is not installed: measuring on asyncio's own loop", file=sys.stderr)
+        asyncio.run(_measure(args))
+    else:
+        uvloop.run(_measure(args))
+    print(f"Python {sys.version.split()[0]}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
