@@ -530,7 +530,8 @@ class HttpProtocol(asyncio.Protocol):
         if request.method == "HEAD" or response.status in _NO_BODY_STATUSES:
             transport.write(head)
         elif len(body) > _LARGE_BODY:
-            transport.writelines((head, body))
+            transport.write(head)  # not writelines(): see _stream
+            transport.write(body)
         else:
             transport.write(head + body)
 
@@ -551,10 +552,18 @@ class HttpProtocol(asyncio.Protocol):
                         continue
                     if self._closed:
                         raise ClientDisconnected("the client closed the connection")
-                    if chunked:
-                        transport.writelines((b"%x\r\n" % len(chunk), chunk, b"\r\n"))
-                    else:
+                    if not chunked:
                         transport.write(chunk)
+                    elif len(chunk) <= _LARGE_BODY:
+                        transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    else:
+                        # Not writelines(): on Python 3.12.0-3.12.8 and 3.13.0-3.13.1
+                        # the selector transport's writelines never pauses the
+                        # protocol (CPython gh-127655), so drain() would never wait
+                        # and a slow client's buffer would grow without bound.
+                        transport.write(b"%x\r\n" % len(chunk))
+                        transport.write(chunk)
+                        transport.write(b"\r\n")
                     await self.drain()
                 if chunked and not self._closed:
                     transport.write(b"0\r\n\r\n")
