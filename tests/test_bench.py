@@ -22,3 +22,26 @@ def test_inprocess_bench_answers_every_request():
     figures = dict(re.findall(r"^(/\w+)\s+([\d.]+) µs/request", done.stdout, re.MULTILINE))
     assert set(figures) == {"/json", "/plaintext"}, done.stdout
     assert all(float(value) > 0 for value in figures.values())
+
+
+def test_profile_charges_each_sample_to_its_innermost_known_frame():
+    sys.path.insert(0, str(ROOT))
+    from bench.profile import INTERPRETER, summarise, table
+
+    raw = "\n".join(
+        [
+            # py-spy --native --format raw: frames outermost first, then the count
+            "0x7f (libc.so.6);run (aiorest/server.py:10);_handle (aiorest/protocol.py:420);send (libc.so.6) 6",
+            "0x7f (libc.so.6);_handle (aiorest/protocol.py:420);execute (aiopg/cursor.py:113);pqPutMsgEnd (libpq.so.5) 3",
+            "0x7f (libc.so.6);_handle (aiorest/protocol.py:420);_PyEval_EvalFrameDefault (libpython3.11.so) 1",
+            "0x7f (libc.so.6);_PyObject_Malloc (libpython3.11.so) 2",
+            "not a sample line",
+        ]
+    )
+    groups, leaves, total = summarise(raw)
+    assert total == 12
+    assert groups == {"kernel: socket send/recv": 6, "libpq": 3, "aiorest": 1, INTERPRETER: 2}
+    assert leaves["send (libc.so.6)"] == 6
+    rendered = table(groups, total, us_per_request=24.0)
+    assert "| kernel: socket send/recv | 50.0% | 12.0 |" in rendered
+    assert "| libpq | 25.0% | 6.0 |" in rendered

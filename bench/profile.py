@@ -1,0 +1,176 @@
+"""Where a server's CPU goes under load: py-spy samples, grouped by who spends them.
+
+    python bench/profile.py db --endpoint /db --connections 256 --dsn postgresql://...
+    python bench/profile.py core --endpoint /json --contender aiohttp
+
+Starts one contender of a bench suite pinned to CPU 0 (PostgreSQL pinned to
+CPU 1 for the db suite, as in ``bench/run.py``), drives it with wrk from CPU 1,
+and samples it with ``py-spy record --native`` meanwhile. Each sample is
+charged to the innermost frame that belongs to a known group (aiorest's code,
+the example app, aiopg, psycopg2/libpq, httptools, the JSON codec, the event
+loop, the kernel's socket calls, the interpreter); the table shows each
+group's share of the samples and, with the server's measured CPU time per
+request, its microseconds per request. Needs py-spy (``pip install -e
+".[dev]"``) and ptrace rights (root, or ``kernel.yama.ptrace_scope=0``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import Counter
+from contextlib import nullcontext
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.process import ServerProcess, postgres_pinned  # noqa: E402
+from bench.run import SUITES, cpu_seconds  # noqa: E402
+from bench.wrk import WrkResult, require_wrk, run_wrk  # noqa: E402
+
+# (group, pattern on a py-spy frame "function (file:line)"), first match wins, innermost frame first.
+GROUPS: list[tuple[str, re.Pattern[str]]] = [
+    ("kernel: socket send/recv", re.compile(r"\b(__libc_)?(send\w*|write\w*|recv\w*|read)\b \(libc")),
+    ("kernel: epoll", re.compile(r"epoll_wait|epoll_ctl")),
+    ("libpq", re.compile(r"libpq")),
+    ("psycopg2", re.compile(r"psycopg2|_psycopg")),
+    ("aiopg", re.compile(r"aiopg/")),
+    ("httptools (llhttp)", re.compile(r"httptools")),
+    ("JSON codec", re.compile(r"ujson|orjson")),
+    ("aiorest", re.compile(r"aiorest/")),
+    ("example_app", re.compile(r"example_app/|bench/servers/")),
+    ("aiohttp", re.compile(r"aiohttp/|yarl|multidict")),
+    ("event loop (uvloop/asyncio)", re.compile(r"uvloop|asyncio/|_asyncio|libuv")),
+]
+INTERPRETER = "interpreter and other"
+
+
+def group_of(stack: list[str]) -> str:
+    for frame in reversed(stack):  # innermost first
+        for name, pattern in GROUPS:
+            if pattern.search(frame):
+                return name
+    return INTERPRETER
+
+
+def summarise(raw: str) -> tuple[Counter[str], Counter[str], int]:
+    """py-spy's raw (collapsed) output → samples per group, per leaf frame, and in all."""
+    groups: Counter[str] = Counter()
+    leaves: Counter[str] = Counter()
+    total = 0
+    for line in raw.splitlines():
+        stack_text, _, count_text = line.rpartition(" ")
+        if not stack_text or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        stack = stack_text.split(";")
+        groups[group_of(stack)] += count
+        leaves[stack[-1]] += count
+        total += count
+    return groups, leaves, total
+
+
+def table(groups: Counter[str], total: int, us_per_request: float) -> str:
+    lines = ["| who | share of samples | µs per request |", "|---|---|---|"]
+    for name, count in groups.most_common():
+        share = count / total
+        lines.append(f"| {name} | {share:.1%} | {share * us_per_request:.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("suite", choices=sorted(SUITES))
+    parser.add_argument("--endpoint", default=None, help="default: the suite's first")
+    parser.add_argument("--contender", default="aiorest")
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=10.0, help="seconds sampled (wrk runs 2 s longer)")
+    parser.add_argument("--rate", type=int, default=500, help="samples per second")
+    parser.add_argument("--top", type=int, default=15, help="innermost frames listed")
+    parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL"), help="db suite: a PostgreSQL URL")
+    args = parser.parse_args()
+    require_wrk()
+    py_spy = shutil.which("py-spy")
+    if py_spy is None:
+        raise SystemExit('py-spy is missing: pip install -e ".[dev]"')
+    contenders, paths = SUITES[args.suite]
+    by_name = {c.name: c for c in contenders}
+    if args.contender not in by_name:
+        raise SystemExit(f"unknown contender {args.contender!r} (choose from {', '.join(by_name)})")
+    endpoint = args.endpoint or paths[0]
+    env = dict(os.environ)
+    if args.suite == "db":
+        if not args.dsn:
+            raise SystemExit("the db suite needs a database: --dsn postgresql://... or DATABASE_URL")
+        env.update(DATABASE_URL=args.dsn, DATABASE_POOL_MIN="32", DATABASE_POOL_MAX="32", BENCH_POOL_SIZE="32")
+    server = ServerProcess(args.contender, by_name[args.contender].command, env)
+    with postgres_pinned(1) if args.suite == "db" else nullcontext(True), tempfile.TemporaryDirectory() as tmp:
+        try:
+            server.wait_ready(endpoint)
+            url = server.url + endpoint
+            run_wrk(url, connections=args.connections, seconds=1)  # warm-up
+            print(
+                f"profiling {args.contender} {endpoint} at {args.connections} connections for {args.seconds:.0f} s ...",
+                file=sys.stderr,
+                flush=True,
+            )
+            result: list[WrkResult] = []
+            load = threading.Thread(
+                target=lambda: result.append(run_wrk(url, connections=args.connections, seconds=args.seconds + 2))
+            )
+            load.start()
+            before = cpu_seconds([server.process.pid])
+            out = Path(tmp) / "profile.txt"
+            record = subprocess.run(
+                [
+                    "taskset",
+                    "-c",
+                    "1",
+                    py_spy,
+                    "record",
+                    "--pid",
+                    str(server.process.pid),
+                    "--native",
+                    "--rate",
+                    str(args.rate),
+                    "--duration",
+                    str(round(args.seconds)),
+                    "--format",
+                    "raw",
+                    "--output",
+                    str(out),
+                    "--nonblocking",
+                ],
+                capture_output=True,
+                text=True,
+            )
+            spent = cpu_seconds([server.process.pid]) - before
+            load.join()
+            if record.returncode != 0:
+                raise SystemExit(f"py-spy failed: {record.stderr.strip()[-2000:]}")
+            raw = out.read_text()
+        finally:
+            server.stop()
+    groups, leaves, total = summarise(raw)
+    if not total:
+        raise SystemExit("py-spy recorded no sample (was the server idle?)")
+    requests_per_s = result[0].requests_per_sec if result else float("nan")
+    us_per_request = spent * 1e6 / (requests_per_s * args.seconds)
+    print(
+        f"\n{args.contender} {endpoint} c={args.connections}: {requests_per_s:,.0f} requests/s, "
+        f"{us_per_request:.1f} µs of server CPU per request, {total} samples\n"
+    )
+    print(table(groups, total, us_per_request))
+    print(f"\ninnermost frames (top {args.top}):")
+    for frame, count in leaves.most_common(args.top):
+        print(f"  {count / total:6.1%}  {frame}")
+
+
+if __name__ == "__main__":
+    main()
