@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import signal
 import socket
@@ -123,3 +124,40 @@ async def test_bad_app_spec_exits_nonzero_with_a_message(spec, message):
     assert message in stderr.decode()
     assert "Traceback" not in stderr.decode()
     assert stdout == b""
+
+
+async def test_python_m_example_app_runs_on_a_private_postgresql_and_stops_it_on_sigterm(tmp_path):
+    # The README's run command on a machine with no DATABASE_URL: pgserver in the temp directory.
+    env = {name: value for name, value in os.environ.items() if name != "DATABASE_URL"}
+    env["TMPDIR"] = str(tmp_path)  # a data folder of its own, not the one the suite may share
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "example_app",
+        "--port",
+        str(port),
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    data = tmp_path / f"aiorest-pgdata-{os.getuid()}"
+    try:
+        await wait_until_accepting(process, port, timeout=120)  # initdb, migrations and seed first
+        db, fortunes = await fetch(port, get("/db") + get("/fortunes"), count=2)
+        assert db.status == 200 and set(json.loads(db.body)) == {"id", "randomNumber"}
+        assert fortunes.status == 200 and b"<table>" in fortunes.body
+        assert (data / "postmaster.pid").exists()
+        process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(60):
+            output, _ = await process.communicate()
+        assert process.returncode == 0, output.decode()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    text = output.decode()
+    assert "using an embedded PostgreSQL" in text and f"http://127.0.0.1:{port}/" in text
+    assert not (data / "postmaster.pid").exists(), "PostgreSQL was left running"
+    assert not (ROOT / "pgdata").exists()
