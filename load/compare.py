@@ -22,7 +22,7 @@ import psycopg2
 from bench.process import postgres_pinned
 from bench.stats import Summary, bar_chart, line_chart, median, paired_ratio, summarise
 
-from .generators import FLOWS, LoadResult, run_locust, run_wrk_mix, wrk_paths
+from .generators import FLOWS, GeneratorError, LoadResult, run_locust, run_wrk_mix, wrk_paths
 from .targets import TARGETS, RunningServer, ServerError
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -131,6 +131,11 @@ def measure(args: argparse.Namespace, dsn: str, targets: list[str], levels: list
                 try:
                     server.wait_ready("/db")
                     result = one_run(args, server, level)
+                except GeneratorError as exc:
+                    # One lost run does not cost the others: it is recorded, reported, and left out.
+                    print(f"        run lost: {exc}", file=sys.stderr, flush=True)
+                    raw.append({"round": round_number, "target": name, "level": level, "lost": str(exc)[:500]})
+                    continue
                 finally:
                     lag = server.stop_and_report()
                 raw.append({"round": round_number, "target": name, "level": level, **result.as_dict(), "loop_lag": lag})
@@ -144,6 +149,8 @@ def measure(args: argparse.Namespace, dsn: str, targets: list[str], levels: list
 
 
 def summarise_runs(raw: list[dict], targets: list[str], levels: list[int]) -> dict:
+    lost = [{k: r[k] for k in ("round", "target", "level", "lost")} for r in raw if "lost" in r]
+    raw = [r for r in raw if "lost" not in r]
     cells: dict[str, dict] = {}
     for level in levels:
         row: dict = {}
@@ -170,17 +177,19 @@ def summarise_runs(raw: list[dict], targets: list[str], levels: list[int]) -> di
         if "aiorest" in per and per["aiorest"]:
             for other in targets:
                 if other != "aiorest" and per.get(other):
-                    pairs = [
-                        (a["requests_per_sec"], b["requests_per_sec"])
-                        for a, b in zip(per["aiorest"], per[other], strict=False)
+                    theirs = {r["round"]: r["requests_per_sec"] for r in per[other]}
+                    pairs = [  # paired by round: a lost run leaves its round out of the ratio
+                        (a["requests_per_sec"], theirs[a["round"]]) for a in per["aiorest"] if a["round"] in theirs
                     ]
-                    row[f"aiorest/{other}"] = paired_ratio([a for a, _ in pairs], [b for _, b in pairs]).__dict__
+                    if pairs:
+                        row[f"aiorest/{other}"] = paired_ratio([a for a, _ in pairs], [b for _, b in pairs]).__dict__
         cells[str(level)] = row
     return {
         "targets": targets,
         "levels": levels,
         "cells": cells,
         "endpoints": summarise_endpoints(raw, targets, levels),
+        "lost_runs": lost,
     }
 
 
@@ -198,26 +207,29 @@ def summarise_endpoints(raw: list[dict], targets: list[str], levels: list[int]) 
         paths = list(dict.fromkeys(path for runs in per.values() for r in runs for path in r["per_endpoint"]))
         rows: dict[str, dict] = {}
         for path in paths:
-            rates: dict[str, list[float]] = {}
+            rates: dict[str, dict[int, float]] = {}  # per target: round → requests/s
             row: dict = {}
             for target, runs in per.items():
                 entries = [(r["per_endpoint"][path], r) for r in runs if path in r["per_endpoint"]]
                 if not entries:
                     continue
                 # wrk reports each endpoint's own rate; locust's endpoints share the run's time
-                rates[target] = [
-                    e.get("rps", e["requests"] / r["seconds"] if r["seconds"] else 0.0) for e, r in entries
-                ]
+                rates[target] = {
+                    r["round"]: e.get("rps", e["requests"] / r["seconds"] if r["seconds"] else 0.0) for e, r in entries
+                }
                 row[target] = {
-                    "rps": summarise(rates[target]).__dict__,
+                    "rps": summarise(list(rates[target].values())).__dict__,
                     "requests": sum(e["requests"] for e, _ in entries),
                     "p99_ms": median([e["p99_ms"] for e, _ in entries]),
                     **{kind: sum(e.get(kind, 0) for e, _ in entries) for kind in _ERROR_KINDS},
                 }
             for other in targets:
                 if other != "aiorest" and "aiorest" in rates and other in rates:
-                    n = min(len(rates["aiorest"]), len(rates[other]))
-                    row[f"aiorest/{other}"] = paired_ratio(rates["aiorest"][:n], rates[other][:n]).__dict__
+                    rounds = [n for n in rates["aiorest"] if n in rates[other]]
+                    if rounds:
+                        row[f"aiorest/{other}"] = paired_ratio(
+                            [rates["aiorest"][n] for n in rounds], [rates[other][n] for n in rounds]
+                        ).__dict__
             rows[path] = row
         result[str(level)] = rows
     return result
@@ -255,6 +267,10 @@ def markdown(summary: dict, command: str, tool: str) -> str:
                     f"{ratio['ci_high']:.2f} | | | | | |"
                 )
     lines += ["", *endpoint_markdown(summary, unit)]
+    lost = summary.get("lost_runs") or []
+    if lost:
+        lines += ["", f"{len(lost)} run(s) lost (the load generator failed; left out of every figure above):", ""]
+        lines += [f"- round {r['round'] + 1}, {r['target']}, {unit} {r['level']}: {r['lost']}" for r in lost]
     return "\n".join(lines)
 
 

@@ -14,6 +14,14 @@ from pathlib import Path
 
 from bench.wrk import run_wrk
 
+# Past its run time, a generator gets this long to finish and report before it is stopped.
+GRACE_S = 60.0
+
+
+class GeneratorError(RuntimeError):
+    """The load generator failed or did not finish: the run measured nothing."""
+
+
 ROOT = Path(__file__).resolve().parent.parent
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 FLOWS = {"tfb": ["TechEmpowerUser"], "notes": ["BrowsingUser", "WritingUser"], "all": []}
@@ -132,14 +140,19 @@ def run_locust(
         started = time.monotonic()
         process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         cpu_before, cpu_after = _cpu_seconds(process.pid), 0.0
+        deadline = started + seconds + GRACE_S
         while process.poll() is None:  # sample while it runs: workers are gone at the end
             cpu_after = max(cpu_after, _cpu_seconds(process.pid))
+            if time.monotonic() > deadline:
+                process.kill()  # the master; its workers exit when it is gone
+                process.wait()
+                raise GeneratorError(f"locust did not finish within {seconds + GRACE_S:.0f} s")
             time.sleep(0.5)
         wall = time.monotonic() - started
         stderr = process.stderr.read() if process.stderr else ""
         stats_file = base.with_suffix(".json")
         if not stats_file.exists():
-            raise RuntimeError(f"locust wrote no results (exit {process.returncode}):\n{stderr[-3000:]}")
+            raise GeneratorError(f"locust wrote no results (exit {process.returncode}):\n{stderr[-3000:]}")
         entries = [e for e in json.loads(stats_file.read_text()) if e["name"] not in _BOOKKEEPING]
     busy = (cpu_after - cpu_before) / (wall * cores)
     return _summarise_locust(entries, busy)
@@ -185,7 +198,12 @@ def run_wrk_mix(url: str, *, paths: list[str], connections: int, seconds: int) -
     share = max(1, seconds // len(paths))
     results = {}
     for path in paths:
-        results[path] = run_wrk(url + path, connections=connections, seconds=share, timeout_s=10)
+        try:
+            results[path] = run_wrk(url + path, connections=connections, seconds=share, timeout_s=10)
+        except subprocess.TimeoutExpired:  # run_wrk killed it
+            raise GeneratorError(f"wrk on {path} at {connections} connections did not finish") from None
+        except RuntimeError as exc:
+            raise GeneratorError(f"wrk on {path}: {exc}") from None
     requests = sum(r.requests for r in results.values())
     failures = sum(r.errors for r in results.values())
     elapsed = sum(r.seconds for r in results.values())

@@ -104,3 +104,40 @@ def test_compare_refuses_an_unknown_target(tmp_path):
         timeout=60,
     )
     assert done.returncode != 0 and "unknown target" in done.stderr
+
+
+def test_a_lost_run_is_reported_and_left_out_of_the_paired_ratios():
+    from load.compare import markdown, summarise_runs
+
+    def run(round_number: int, target: str, rps: float) -> dict:
+        return {
+            "round": round_number,
+            "target": target,
+            "level": 100,
+            "requests": int(rps * 10),
+            "failures": 0,
+            "seconds": 10.0,
+            "requests_per_sec": rps,
+            "p50_ms": 1.0,
+            "p99_ms": 2.0,
+            "generator_cpu": float("nan"),
+            "generator_bound": False,
+            "per_endpoint": {"/db": {"requests": int(rps * 10), "rps": rps, "p99_ms": 2.0, "failures": 0}},
+            "loop_lag": None,
+        }
+
+    raw = [
+        run(0, "aiorest", 9000.0),
+        {"round": 0, "target": "threaded", "level": 100, "lost": "wrk on /db at 100 connections did not finish"},
+        run(1, "aiorest", 6000.0),
+        run(1, "threaded", 2000.0),
+    ]
+    summary = summarise_runs(raw, ["aiorest", "threaded"], [100])
+    # Round 0 has no threaded figure: only round 1 pairs, 6000 / 2000.
+    assert summary["cells"]["100"]["aiorest/threaded"]["mean"] == 3.0
+    assert summary["endpoints"]["100"]["/db"]["aiorest/threaded"]["mean"] == 3.0
+    assert summary["cells"]["100"]["aiorest"]["rps"]["mean"] == 7500.0
+    assert summary["lost_runs"] == [raw[1]]
+    table = markdown(summary, "python -m load compare …", "wrk")
+    assert "1 run(s) lost" in table
+    assert "- round 1, threaded, connections 100: wrk on /db at 100 connections did not finish" in table
