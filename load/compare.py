@@ -287,7 +287,9 @@ def endpoint_markdown(summary: dict, unit: str) -> list[str]:
             cells += [f"{row[t]['rps']['mean']:,.0f}" if t in row else "–" for t in targets]
             for other in others:
                 ratio = row.get(f"aiorest/{other}")
-                cells.append(f"{ratio['mean']:.2f}× ({ratio['ci_low']:.2f}–{ratio['ci_high']:.2f})" if ratio else "–")
+                # no ratio where the baseline answered nothing in every round
+                usable = ratio and not math.isnan(ratio["mean"])
+                cells.append(f"{ratio['mean']:.2f}× ({ratio['ci_low']:.2f}–{ratio['ci_high']:.2f})" if usable else "–")
             cells += [
                 f"{row[t]['failures']} ({row[t]['timeouts']} / {row[t]['socket_errors']} / {row[t]['non_2xx']})"
                 if t in row
