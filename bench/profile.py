@@ -5,13 +5,17 @@
 
 Starts one contender of a bench suite pinned to CPU 0 (PostgreSQL pinned to
 CPU 1 for the db suite, as in ``bench/run.py``), drives it with wrk from CPU 1,
-and samples it with ``py-spy record --native`` meanwhile. Each sample is
-charged to the innermost frame that belongs to a known group (aiorest's code,
-the example app, aiopg, psycopg2/libpq, httptools, the JSON codec, the event
-loop, the kernel's socket calls, the interpreter); the table shows each
-group's share of the samples and, with the server's measured CPU time per
-request, its microseconds per request. Needs py-spy (``pip install -e
-".[dev]"``) and ptrace rights (root, or ``kernel.yama.ptrace_scope=0``).
+and samples it with ``py-spy record --nonblocking`` meanwhile. Each sample is
+charged to the innermost Python frame that belongs to a known group (aiorest,
+the example app, aiopg, aiohttp, the JSON codec, the event loop); time in C
+code — psycopg2, libpq, httptools, the kernel's socket calls — counts for the
+Python frame that called it, and uvloop's own polling and dispatch for the
+frame that started the loop. The table shows each group's share of the samples
+and, with the server's measured CPU time per request, its microseconds per
+request. ``--native`` adds C frames, but py-spy must then stop the process for
+each sample, and the stops land in system calls: ``read()`` then shows as most
+of the time. Needs py-spy (``pip install -e ".[dev]"``) and ptrace rights
+(root, or ``kernel.yama.ptrace_scope=0``).
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ from bench.wrk import WrkResult, require_wrk, run_wrk  # noqa: E402
 
 # (group, pattern on a py-spy frame "function (file:line)"), first match wins, innermost frame first.
 GROUPS: list[tuple[str, re.Pattern[str]]] = [
+    # Without --native, time in uvloop's C code (polling, socket reads, callback
+    # dispatch) has no Python frame of its own: it lands on the frame that
+    # started the loop.
+    ("event loop (uvloop/asyncio)", re.compile(r"^(Runner\.run|run_app|run_until_complete|run_forever) \(")),
     ("kernel: socket send/recv", re.compile(r"\b(__libc_)?(send\w*|write\w*|recv\w*|read)\b \(libc")),
     ("kernel: epoll", re.compile(r"epoll_wait|epoll_ctl")),
     ("libpq", re.compile(r"libpq")),
@@ -92,6 +100,11 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds sampled (wrk runs 2 s longer)")
     parser.add_argument("--rate", type=int, default=500, help="samples per second")
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="native frames too (py-spy then stops the process per sample, which over-counts syscalls)",
+    )
     parser.add_argument("--top", type=int, default=15, help="innermost frames listed")
     parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL"), help="db suite: a PostgreSQL URL")
     args = parser.parse_args()
@@ -136,7 +149,7 @@ def main() -> None:
                     "record",
                     "--pid",
                     str(server.process.pid),
-                    "--native",
+                    *(["--native"] if args.native else ["--nonblocking"]),
                     "--rate",
                     str(args.rate),
                     "--duration",
@@ -145,7 +158,6 @@ def main() -> None:
                     "raw",
                     "--output",
                     str(out),
-                    "--nonblocking",
                 ],
                 capture_output=True,
                 text=True,
