@@ -426,23 +426,24 @@ class Database(_Queries):
         try:
             return await waiter
         except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+            if _handed(waiter):
                 self._release(waiter.result())  # handed a connection just as we were cancelled
             raise
         finally:
             timer.cancel()
             if not waiter.done():
                 waiter.cancel()
-            if not waiter.cancelled() and waiter.exception() is None:
-                pass  # handed a connection: _release took it off the queue
-            else:
+            if not _handed(waiter):  # _release took a handed waiter off the queue
                 self._gave_up()
 
     def _gave_up(self) -> None:
-        """A waiter timed out or was cancelled and stays queued: _release skips it.
+        """A waiter timed out, was cancelled or failed; _release and _replace skip it.
 
-        Taking it out at once would scan the queue, O(n) a request with thousands
-        waiting; sweeping when given-up waiters may be half the queue is O(1) each.
+        Taking it out of the queue at once would scan it, O(n) a request with
+        thousands waiting. Instead the queue is swept once the waiters that gave
+        up since the last sweep could be half of it: O(1) each, amortised. (The
+        count is an upper bound — _release and _replace also pop such waiters —
+        which only makes a sweep come earlier.)
         """
         self._given_up += 1
         if self._given_up > 64 and self._given_up * 2 > len(self._waiters):
@@ -543,6 +544,11 @@ class Database(_Queries):
 
 def _is_read(sql: str) -> bool:
     return sql.lstrip()[:6].lower() == "select"
+
+
+def _handed(waiter: asyncio.Future[_Connection]) -> bool:
+    """Whether ``waiter`` was given a connection (not timed out, failed or cancelled)."""
+    return waiter.done() and not waiter.cancelled() and waiter.exception() is None
 
 
 def _expire(waiter: asyncio.Future[_Connection]) -> None:
