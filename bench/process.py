@@ -7,6 +7,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -35,14 +36,15 @@ def postgres_pids() -> list[int]:
 
 
 @contextmanager
-def postgres_pinned(cpu: int) -> Iterator[bool]:
+def postgres_pinned(cpu: int) -> Iterator[None]:
     """Pin this machine's PostgreSQL to ``cpu`` (with the load generator), off the server's core.
 
     Unpinned, a backend woken by the server's query often runs on the server's
     core and preempts it: measured on /db at 1,000 connections, a third of the
     server's samples sat in the send() that woke it. New backends inherit the
-    postmaster's CPU set. Yields False if nothing could be pinned (not root, or
-    no local PostgreSQL); every process is given all CPUs back afterwards.
+    postmaster's CPU set. If nothing can be pinned (not root, or no local
+    PostgreSQL) it says so on stderr and the run goes on; every process is
+    given all CPUs back afterwards.
     """
     pinned = []
     for pid in postgres_pids():
@@ -51,8 +53,10 @@ def postgres_pinned(cpu: int) -> Iterator[bool]:
         except OSError:
             continue
         pinned.append(pid)
+    if not pinned:
+        print(f"cannot pin PostgreSQL to CPU {cpu} (needs root): it may share the server's core", file=sys.stderr)
     try:
-        yield bool(pinned)
+        yield
     finally:
         everywhere = set(range(os.cpu_count() or 1))
         for pid in postgres_pids():  # backends started meanwhile included

@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.process import ServerProcess, postgres_pinned  # noqa: E402
-from bench.run import SUITES, cpu_seconds  # noqa: E402
+from bench.run import SUITES, cpu_seconds, suite_environment  # noqa: E402
 from bench.wrk import WrkResult, require_wrk, run_wrk  # noqa: E402
 
 # (group, pattern on a py-spy frame "function (file:line)"), first match wins, innermost frame first.
@@ -117,13 +117,9 @@ def main() -> None:
     if args.contender not in by_name:
         raise SystemExit(f"unknown contender {args.contender!r} (choose from {', '.join(by_name)})")
     endpoint = args.endpoint or paths[0]
-    env = dict(os.environ)
-    if args.suite == "db":
-        if not args.dsn:
-            raise SystemExit("the db suite needs a database: --dsn postgresql://... or DATABASE_URL")
-        env.update(DATABASE_URL=args.dsn, DATABASE_POOL_MIN="32", DATABASE_POOL_MAX="32", BENCH_POOL_SIZE="32")
+    env = suite_environment(args.suite, args.dsn)
     server = ServerProcess(args.contender, by_name[args.contender].command, env)
-    with postgres_pinned(1) if args.suite == "db" else nullcontext(True), tempfile.TemporaryDirectory() as tmp:
+    with postgres_pinned(1) if args.suite == "db" else nullcontext(), tempfile.TemporaryDirectory() as tmp:
         try:
             server.wait_ready(endpoint)
             url = server.url + endpoint

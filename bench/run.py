@@ -228,6 +228,25 @@ def select(items: list[T], name: Callable[[T], str], wanted: str | None, what: s
     return [item for item in items if name(item) in names]
 
 
+def suite_environment(suite: str, dsn: str | None) -> dict[str, str]:
+    """The servers' environment; for the db suite, the database (migrated) and pools of 32."""
+    env = dict(os.environ)
+    if suite != "db":
+        return env
+    if not dsn:
+        raise SystemExit("the db suite needs a database: --dsn postgresql://... or DATABASE_URL")
+    env.update(DATABASE_URL=dsn, DATABASE_POOL_MIN="32", DATABASE_POOL_MAX="32", BENCH_POOL_SIZE="32")
+    migrate = subprocess.run(
+        [sys.executable, "-m", "aiorest", "migrate", "--dir", "migrations", "--dsn", dsn],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if migrate.returncode != 0:
+        raise SystemExit(f"cannot migrate the benchmark database: {migrate.stderr}")
+    return env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("suite", nargs="?", default="core", choices=sorted(SUITES), help="default: core")
@@ -245,27 +264,13 @@ def main() -> None:
     contenders = select(SUITES[args.suite][0], lambda c: c.name, args.contenders, "contender")
     paths = select(SUITES[args.suite][1], lambda p: p.lstrip("/").split("?")[0], args.endpoints, "endpoint")
     levels = [int(x) for x in (args.connections or ("64,256" if args.suite == "db" else "64")).split(",")]
-    env = dict(os.environ)
-    if args.suite == "db":
-        if not args.dsn:
-            raise SystemExit("the db suite needs a database: --dsn postgresql://... or DATABASE_URL")
-        env.update(DATABASE_URL=args.dsn, DATABASE_POOL_MIN="32", DATABASE_POOL_MAX="32", BENCH_POOL_SIZE="32")
-        migrate = subprocess.run(
-            [sys.executable, "-m", "aiorest", "migrate", "--dir", "migrations", "--dsn", args.dsn],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
-        if migrate.returncode != 0:
-            raise SystemExit(f"cannot migrate the benchmark database: {migrate.stderr}")
+    env = suite_environment(args.suite, args.dsn)
     out = ROOT / "bench" / "out" / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{args.suite}"
     out.mkdir(parents=True)
     raw: list[Record] = []
     failure = None
     try:
-        with postgres_pinned(1) if args.suite == "db" else nullcontext(True) as pinned:
-            if not pinned:
-                print("cannot pin PostgreSQL to CPU 1 (needs root): it shares the server's core", file=sys.stderr)
+        with postgres_pinned(1) if args.suite == "db" else nullcontext():
             run_suite(contenders, paths, args.rounds, args.duration, levels, env, args.suite == "db", raw)
     except KeyboardInterrupt:
         print("interrupted: writing what was measured", file=sys.stderr)

@@ -369,9 +369,7 @@ def main(argv: list[str]) -> int:
     raw: list[dict] = []
     status = 0
     try:
-        with postgres_pinned(1) as pinned:
-            if not pinned:
-                print("cannot pin PostgreSQL to CPU 1 (needs root): it shares the server's core", file=sys.stderr)
+        with postgres_pinned(1):
             measure(args, dsn, targets, levels, raw)
     except KeyboardInterrupt:
         print("interrupted: writing what was measured", file=sys.stderr)
