@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -138,16 +139,23 @@ def run_locust(
             command = ["taskset", "-c", cpus, *command]
             cores = min(processes, count_cpus(cpus))  # the locust processes share these cores
         started = time.monotonic()
-        process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # A session of its own: the master and its worker processes are one
+        # process group, stopped together if the run is abandoned.
+        process = subprocess.Popen(
+            command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
         cpu_before, cpu_after = _cpu_seconds(process.pid), 0.0
         deadline = started + seconds + GRACE_S
-        while process.poll() is None:  # sample while it runs: workers are gone at the end
-            cpu_after = max(cpu_after, _cpu_seconds(process.pid))
-            if time.monotonic() > deadline:
-                process.kill()  # the master; its workers exit when it is gone
+        try:
+            while process.poll() is None:  # sample while it runs: workers are gone at the end
+                cpu_after = max(cpu_after, _cpu_seconds(process.pid))
+                if time.monotonic() > deadline:
+                    raise GeneratorError(f"locust did not finish within {seconds + GRACE_S:.0f} s")
+                time.sleep(0.5)
+        finally:
+            if process.poll() is None:  # timed out, or Ctrl-C (which no longer reaches its group)
+                os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-                raise GeneratorError(f"locust did not finish within {seconds + GRACE_S:.0f} s")
-            time.sleep(0.5)
         wall = time.monotonic() - started
         stderr = process.stderr.read() if process.stderr else ""
         stats_file = base.with_suffix(".json")

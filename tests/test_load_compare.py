@@ -6,6 +6,7 @@ It drives aiorest alone, to stay short; tests/test_conformance.py starts the bas
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +142,24 @@ def test_a_lost_run_is_reported_and_left_out_of_the_paired_ratios():
     table = markdown(summary, "python -m load compare …", "wrk")
     assert "1 run(s) lost" in table
     assert "- round 1, threaded, connections 100: wrk on /db at 100 connections did not finish" in table
+
+
+def test_a_locust_run_past_its_deadline_is_stopped_with_its_workers(monkeypatch):
+    from load import generators
+
+    # Nothing listens on this port; locust would go on for its 60 s. The deadline
+    # comes 4 s after the start instead, once the master has forked its workers.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    monkeypatch.setattr(generators, "GRACE_S", -56.0)
+    with pytest.raises(generators.GeneratorError, match="did not finish"):
+        generators.run_locust(url, flow="tfb", users=2, seconds=60, processes=2, think=(0, 0), queries=1, cpus=None)
+    left = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and url.encode() in (entry / "cmdline").read_bytes():
+                left.append(entry.name)
+        except OSError:
+            continue
+    assert left == [], "locust processes outlived the run"
