@@ -9,6 +9,8 @@ import shutil
 import signal
 import socket
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -37,6 +39,25 @@ async def aiorest(*args: str) -> asyncio.subprocess.Process:
     )
 
 
+@asynccontextmanager
+async def running(process: asyncio.subprocess.Process) -> AsyncIterator[asyncio.subprocess.Process]:
+    """The process, killed on the way out if a failed test left it running."""
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def stop(process: asyncio.subprocess.Process, sig: int, timeout: float) -> bytes:
+    """Send ``sig``, wait for the exit, and return what the process wrote to stdout and stderr."""
+    process.send_signal(sig)
+    async with asyncio.timeout(timeout):
+        stdout, stderr = await process.communicate()
+    return (stdout or b"") + (stderr or b"")
+
+
 async def wait_until_accepting(process: asyncio.subprocess.Process, port: int, timeout: float = 10.0) -> None:
     async with asyncio.timeout(timeout):
         while True:
@@ -53,20 +74,14 @@ async def wait_until_accepting(process: asyncio.subprocess.Process, port: int, t
 async def test_run_serves_the_app_and_stops_cleanly_on_sigterm():
     port = free_port()
     process = await aiorest("run", "examples.hello:app", "--port", str(port), "--log-level", "warning")
-    try:
+    async with running(process):
         await wait_until_accepting(process, port)
         index, note = await fetch(port, get("/") + get("/notes/1"), count=2)
         assert index.status == 200
         assert json.loads(index.body) == {"message": "Hello, World!"}
         assert json.loads(note.body) == {"id": 1, "text": "hello"}
-        process.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(5):
-            _, stderr = await process.communicate()
-        assert process.returncode == 0, stderr.decode()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        output = await stop(process, signal.SIGTERM, timeout=5)
+        assert process.returncode == 0, output.decode()
     with pytest.raises(OSError):
         await asyncio.open_connection("127.0.0.1", port)
 
@@ -74,16 +89,10 @@ async def test_run_serves_the_app_and_stops_cleanly_on_sigterm():
 async def test_sigint_stops_the_server_too():
     port = free_port()
     process = await aiorest("run", "examples.hello:app", "--port", str(port), "--log-level", "warning")
-    try:
+    async with running(process):
         await wait_until_accepting(process, port)
-        process.send_signal(signal.SIGINT)
-        async with asyncio.timeout(5):
-            await process.communicate()
+        await stop(process, signal.SIGINT, timeout=5)
         assert process.returncode == 0
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
 
 
 SCRIPT = Path(sys.executable).parent / "aiorest"
@@ -143,20 +152,14 @@ async def test_python_m_example_app_runs_on_a_private_postgresql_and_stops_it_on
         stderr=asyncio.subprocess.STDOUT,
     )
     data = tmp_path / f"aiorest-pgdata-{os.getuid()}"
-    try:
+    async with running(process):
         await wait_until_accepting(process, port, timeout=120)  # initdb, migrations and seed first
         db, fortunes = await fetch(port, get("/db") + get("/fortunes"), count=2)
         assert db.status == 200 and set(json.loads(db.body)) == {"id", "randomNumber"}
         assert fortunes.status == 200 and b"<table>" in fortunes.body
         assert (data / "postmaster.pid").exists()
-        process.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(60):
-            output, _ = await process.communicate()
+        output = await stop(process, signal.SIGTERM, timeout=60)
         assert process.returncode == 0, output.decode()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
     text = output.decode()
     assert "using an embedded PostgreSQL" in text and f"http://127.0.0.1:{port}/" in text
     assert not (data / "postmaster.pid").exists(), "PostgreSQL was left running"

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import psycopg2
 import pytest
@@ -16,6 +19,17 @@ from aiorest.db import (
     StatementTimeout,
     UniqueViolation,
 )
+
+
+@asynccontextmanager
+async def opened(database_url: str, **options: Any) -> AsyncIterator[Database]:
+    """A pool of one connection (unless ``options`` say otherwise), closed on the way out."""
+    db = Database(database_url, **{"min_size": 1, "max_size": 1, **options})
+    await db.open()
+    try:
+        yield db
+    finally:
+        await db.close()
 
 
 @pytest.fixture
@@ -49,13 +63,9 @@ async def test_statements_are_prepared_once_per_connection(db):
 
 
 async def test_prepare_setting_off_for_poolers(database_url):
-    db = Database(database_url, min_size=1, max_size=1, prepare=False)
-    await db.open()
-    try:
+    async with opened(database_url, prepare=False) as db:
         await db.fetchval("SELECT %s::int", (1,))
         assert await db.fetchval("SELECT count(*) FROM pg_prepared_statements") == 0
-    finally:
-        await db.close()
 
 
 async def test_transaction_commits_and_rolls_back_with_savepoints(db):
@@ -109,24 +119,20 @@ async def test_pool_exhausted_past_acquire_timeout_is_503_with_retry_after(db):
 
 
 async def test_waiters_are_served_first_come_first_served(database_url):
-    db = Database(database_url, min_size=1, max_size=1, acquire_timeout=5)
-    await db.open()
     order: list[int] = []
 
-    async def query(i: int) -> None:
+    async def query(db: Database, i: int) -> None:
         async with db.connection() as conn:
             order.append(i)
             await conn.fetchval("SELECT pg_sleep(0.01)")
 
-    try:
+    async with opened(database_url, acquire_timeout=5) as db:
         tasks = []
         for i in range(10):
-            tasks.append(asyncio.create_task(query(i)))
+            tasks.append(asyncio.create_task(query(db, i)))
             await asyncio.sleep(0.001)  # arrive in order
         await asyncio.gather(*tasks)
         assert order == list(range(10))
-    finally:
-        await db.close()
 
 
 async def test_cancelled_query_does_not_leak_its_connection(db):
@@ -141,9 +147,7 @@ async def test_cancelled_query_does_not_leak_its_connection(db):
 
 
 async def test_cancelled_waiter_does_not_leak_a_connection(database_url):
-    db = Database(database_url, min_size=1, max_size=1, acquire_timeout=5)
-    await db.open()
-    try:
+    async with opened(database_url, acquire_timeout=5) as db:
         holder = asyncio.create_task(db.fetchval("SELECT pg_sleep(0.2)"))
         await asyncio.sleep(0.05)
         waiters = [asyncio.create_task(db.fetchval("SELECT 1")) for _ in range(5)]
@@ -153,16 +157,12 @@ async def test_cancelled_waiter_does_not_leak_a_connection(database_url):
         await holder
         assert await waiters[4] == 1
         assert db.size == 1 and db.idle == 1
-    finally:
-        await db.close()
 
 
 async def test_waiters_that_give_up_do_not_pile_up(database_url):
     # Waiters that time out stay queued (taking each out would scan the queue);
     # a sweep keeps them to about half the queue, and the pool serves on.
-    db = Database(database_url, min_size=1, max_size=1, acquire_timeout=0.05)
-    await db.open()
-    try:
+    async with opened(database_url, acquire_timeout=0.05) as db:
         holder = asyncio.create_task(db.fetchval("SELECT pg_sleep(0.4)"))
         await asyncio.sleep(0.05)
         for _ in range(4):
@@ -172,8 +172,6 @@ async def test_waiters_that_give_up_do_not_pile_up(database_url):
         await holder
         assert await db.fetchval("SELECT 2") == 2
         assert db.size == 1
-    finally:
-        await db.close()
 
 
 async def test_killed_backends_give_503_then_recover(database_url):
