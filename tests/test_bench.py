@@ -26,13 +26,13 @@ def test_inprocess_bench_answers_every_request():
 
 def test_profile_charges_each_sample_to_its_innermost_known_frame():
     sys.path.insert(0, str(ROOT))
-    from bench.profile import INTERPRETER, summarise, table
+    from bench.profile import INTERPRETER, group_of, summarise, table
 
     raw = "\n".join(
         [
             # py-spy --native --format raw: frames outermost first, then the count
             "0x7f (libc.so.6);run (aiorest/server.py:10);_handle (aiorest/protocol.py:420);send (libc.so.6) 6",
-            "0x7f (libc.so.6);_handle (aiorest/protocol.py:420);execute (aiopg/cursor.py:113);pqPutMsgEnd (libpq.so.5) 3",
+            "0x7f (libc.so.6);_handle (aiorest/protocol.py:420);execute (aiopg/cursor.py:1);pqPutMsgEnd (libpq.so) 3",
             "0x7f (libc.so.6);_handle (aiorest/protocol.py:420);_PyEval_EvalFrameDefault (libpython3.11.so) 1",
             "0x7f (libc.so.6);_PyObject_Malloc (libpython3.11.so) 2",
             "not a sample line",
@@ -45,3 +45,6 @@ def test_profile_charges_each_sample_to_its_innermost_known_frame():
     rendered = table(groups, total, us_per_request=24.0)
     assert "| kernel: socket send/recv | 50.0% | 12.0 |" in rendered
     assert "| libpq | 25.0% | 6.0 |" in rendered
+    # Without native frames, uvloop's own time lands on the frame that started the loop.
+    assert group_of(["<module> (app.py:1)", "Runner.run (asyncio/runners.py:118)"]) == "event loop (uvloop/asyncio)"
+    assert group_of(["run_app (aiohttp/web.py:502)", "data_received (aiohttp/web_protocol.py:1)"]) == "aiohttp"
