@@ -1,8 +1,8 @@
 """The HTTP/1.1 connection: llhttp (httptools) parser callbacks to responses.
 
 One HttpProtocol per connection. It parses with httptools, queues requests in
-arrival order (pipelining) and answers them one at a time in that order, each
-handler in a Task of its own. All I/O goes through ``self.transport``; feeding bytes to
+arrival order (pipelining) and answers them one at a time in that order, every
+handler inside the connection's Task (see ``_start``). All I/O goes through ``self.transport``; feeding bytes to
 ``data_received`` with a stand-in transport exercises the whole state machine.
 
 Deadlines are timestamps, checked once a second by ServerState, never timers
@@ -20,9 +20,11 @@ import asyncio
 import contextvars
 import logging
 import socket
-import sys
+import types
+from asyncio import current_task
+from asyncio.tasks import _enter_task, _leave_task  # Python 3.11-3.14: see _start
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote
 
@@ -57,7 +59,6 @@ _METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELE
 _NO_BODY_STATUSES = frozenset({204, 304})
 _LARGE_BODY = 16 * 1024  # above this, head and body go to the socket as two buffers
 _FEED_SLICE = 16 * 1024  # bytes parsed at a time, so a paused connection stops promptly
-_EAGER = sys.version_info >= (3, 12)  # asyncio.Task(eager_start=True)
 
 
 class _ParseAbort(Exception):
@@ -107,8 +108,10 @@ class HttpProtocol(asyncio.Protocol):
         self._reading_paused = False
         self._writing_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
-        self._task: asyncio.Task[None] | None = None  # the handler's; a strong reference
-        self._processing = False  # a handler's first step runs inside _process (Python 3.12+)
+        # the connection's Task (see _start), what wakes it, the handler it is to carry on
+        self._runner: asyncio.Task[None] | None = None
+        self._wake: asyncio.Future[None] | None = None
+        self._suspended: tuple[contextvars.Context, Coroutine[Any, Any, None], Any] | None = None
         self._refusal: HTTPError | None = None  # set past max_connections
         # deadlines: when the head began, the connection went idle, a body wait began
         self._head_since = state.now
@@ -147,6 +150,9 @@ class HttpProtocol(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_exception(gone)
             waiter.exception()  # retrieved: nobody may be left to await it
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)  # _serve ends
 
     def data_received(self, data: bytes) -> None:
         if self._parsing_stopped or self._closed:
@@ -389,34 +395,90 @@ class HttpProtocol(asyncio.Protocol):
                 coro = self._app._begin(request)
             except Exception as exc:
                 coro = self._app._handle_exception(request, exc)
-            self._run(request, coro)
+            if not self._start(self._handle(request, coro)):
+                return  # it waits: _serve goes on with the queue when it is done
         if self._current is None and not queue and self._close_after_queue:
             self._close()
 
-    def _run(self, request: Request, coro: Any) -> None:
-        # Every handler runs in a Task of its own, from its first line: code that
-        # needs the current task before its first await (asyncio.timeout, a
-        # TaskGroup, client libraries built on them) works, and contextvars are
-        # per request. From Python 3.12 the Task starts eagerly: its first step
-        # runs now, and a handler that answers without waiting never goes
-        # through the event loop (under 1 µs a request, bench/inprocess.py).
-        # Running that step inline without a Task would save about 2 µs on
-        # 3.11, but leaves current_task() empty there.
-        context = contextvars.copy_context()
-        if _EAGER:
-            self._processing = True
-            try:
-                task = asyncio.Task(  # type: ignore[call-arg,unused-ignore]  # eager_start: Python 3.12+
-                    self._handle(request, coro), loop=self._loop, context=context, eager_start=True
-                )
-            finally:
-                self._processing = False
-            if not task.done():
-                self._task = task
-        else:
-            self._task = self._loop.create_task(self._handle(request, coro), context=context)
+    def _start(self, handling: Coroutine[Any, Any, None]) -> bool:
+        """Run a request's first step now, as the connection's Task; False if it waits.
 
-    async def _handle(self, request: Request, coro: Coroutine[Any, Any, Any]) -> None:
+        Every handler runs inside a Task from its first line (``asyncio.timeout``,
+        TaskGroups and client libraries built on them need ``current_task()``
+        before the first await), but not in a new Task per request: creating one
+        and waiting for the loop to step it costs about 1.5 µs a request on
+        Python 3.11. The connection keeps one Task, ``_serve``; the first step of
+        each request runs right here with that Task entered as the current one,
+        and a handler that answers without waiting is done before this returns.
+        A handler that waits is handed to ``_serve``, which drives it from then
+        on. Each request runs in its own copy of the context.
+        """
+        runner = self._runner
+        if runner is None or runner.done():
+            runner = self._runner = self._loop.create_task(self._serve())
+            runner.add_done_callback(self._runner_done)
+        context = contextvars.copy_context()
+        loop = self._loop
+        current = current_task(loop)
+        try:
+            if current is runner:  # called from _serve, after a handler that waited
+                awaited = context.run(handling.send, None)
+            else:
+                if current is not None:  # bytes fed from inside another task (the unit tests)
+                    _leave_task(loop, current)
+                _enter_task(loop, runner)
+                try:
+                    awaited = context.run(handling.send, None)
+                finally:
+                    _leave_task(loop, runner)
+                    if current is not None:
+                        _enter_task(loop, current)
+        except StopIteration:
+            return True
+        self._suspended = (context, handling, awaited)
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+        return False
+
+    async def _serve(self) -> None:
+        """The connection's Task: carries on each handler whose first step waited."""
+        loop = self._loop
+        while True:
+            suspended = self._suspended
+            if suspended is None:
+                if self._closed:
+                    return
+                wake = self._wake = loop.create_future()
+                try:
+                    await wake
+                except asyncio.CancelledError:
+                    suspended, self._suspended = self._suspended, None
+                    if suspended is None:  # cancelled between requests (the loop ends, say):
+                        raise  # end; the next request starts a new Task
+                    # Cancelled before this Task took the handler over: cancel what it
+                    # waits for and raise CancelledError in it, as Task.cancel() would.
+                    context, handling, awaited = suspended
+                    if isinstance(awaited, asyncio.Future):
+                        awaited.cancel()
+                    await _resume(context, handling, None, asyncio.CancelledError())
+                    self._process()
+                continue
+            self._suspended = None
+            await _resume(*suspended)
+            self._process()
+
+    def _runner_done(self, runner: asyncio.Task[None]) -> None:
+        # _serve returns only once the connection is closed; anything else is a bug
+        # of ours, or a cancellation that reached the Task before its first step.
+        if not self._closed and (self._current is not None or self._suspended is not None):
+            if not runner.cancelled() and runner.exception() is not None:
+                logger.error("the connection's task failed", exc_info=runner.exception())
+            self._suspended = None
+            self._current = None
+            self._close()
+
+    async def _handle(self, request: Request, coro: Awaitable[Any]) -> None:
         try:
             try:
                 result = await coro
@@ -425,15 +487,22 @@ class HttpProtocol(asyncio.Protocol):
             stream = self._respond(request, result)
             if stream is not None:
                 await stream
+        except asyncio.CancelledError:
+            # The handler was cancelled (by itself or by code it gave its Task to):
+            # there is no answer to give; the connection closes, the Task goes on.
+            self._abandon(request)
+            task = current_task(self._loop)
+            if task is not None:
+                task.uncancel()
         except Exception:  # a bug of ours: never leave the connection hanging
             logger.exception("answering %s %s failed", request.method, request.path)
-            self._task = None
-            self._current = None
-            self._close()
-            return
-        self._task = None
-        if not self._processing:  # else _process, which started this task eagerly, goes on
-            self._process()
+            self._abandon(request)
+
+    def _abandon(self, request: Request) -> None:
+        request.keep_alive = False
+        self._current = None
+        self._queue.clear()
+        self._close()
 
     def _respond(self, request: Request, result: Any) -> Coroutine[Any, Any, None] | None:
         """Write the response; a StreamResponse gives back the coroutine that streams it."""
@@ -700,3 +769,37 @@ class HttpProtocol(asyncio.Protocol):
     @property
     def idle(self) -> bool:
         return self._current is None and not self._queue
+
+
+@types.coroutine
+def _resume(
+    context: contextvars.Context,
+    handling: Coroutine[Any, Any, None],
+    awaited: Any,
+    throw: BaseException | None = None,
+) -> Generator[Any, Any, None]:
+    """Drive ``handling`` to its end inside ``context``; its last step yielded ``awaited``.
+
+    What the coroutine yields goes up to the Task, what the Task sends or throws
+    comes down into the coroutine, each step run in the request's context: a
+    coroutine can change Tasks this way without noticing, as ``yield from`` would,
+    but with a context of its own.
+    """
+    while True:
+        if throw is None:
+            try:
+                value = yield awaited
+            except GeneratorExit:
+                handling.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001  # handed on to the coroutine
+                throw = exc
+                continue
+            step: Any = handling.send
+            argument: Any = value
+        else:
+            step, argument, throw = handling.throw, throw, None
+        try:
+            awaited = context.run(step, argument)
+        except StopIteration:
+            return

@@ -82,7 +82,10 @@ async def _drive(app: App, request: bytes, count: int) -> float:
     started = time.perf_counter()
     loop.call_soon(feed)
     await finished
-    return time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    protocol.connection_lost(None)  # ends the connection's Task
+    await asyncio.sleep(0)
+    return elapsed
 
 
 async def _measure(args: argparse.Namespace) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
 import logging
 
 import pytest
@@ -20,6 +21,7 @@ from aiorest import (
     Response,
 )
 from aiorest.testing import TestClient
+from tests.rawhttp import exchange
 
 
 def hello_app(**options: object) -> App:
@@ -461,3 +463,95 @@ async def test_middleware_can_use_a_task_group(aiorest_client):
     async with client.get("/hello") as response:
         assert response.status == 200
         assert await response.json() == {"hello": "world"}
+
+
+async def test_a_timeout_that_expires_in_a_handler_is_a_timeout_error_and_the_next_request_is_served(aiorest_client):
+    app = App()
+
+    @app.get("/bounded/{seconds:float}")
+    async def bounded(request: Request) -> dict[str, object]:
+        task = asyncio.current_task()
+        assert task is not None
+        cancelling = task.cancelling()
+        try:
+            async with asyncio.timeout(request.path_params["seconds"]):
+                await asyncio.sleep(5)
+        except TimeoutError:
+            return {"timed_out": True, "cancelling_before": cancelling}
+        return {"timed_out": False}
+
+    client = await aiorest_client(app)
+    for seconds in ("0.05", "0", "0.01", "0"):  # timeout(0) is already expired at its first line
+        async with client.get(f"/bounded/{seconds}") as response:  # one connection throughout
+            assert await response.json() == {"timed_out": True, "cancelling_before": 0}
+
+
+async def test_contexts_stay_apart_when_a_pipelined_request_follows_one_that_waited(aiorest_client):
+    app = App()
+
+    @app.get("/set-later/{value}")
+    async def set_later(request: Request) -> dict[str, object]:
+        before = REQUEST_ID.get()
+        await asyncio.sleep(0.01)
+        REQUEST_ID.set(request.path_params["value"])
+        return {"before": before, "after": REQUEST_ID.get()}
+
+    client = await aiorest_client(app)
+    payload = b"".join(b"GET /set-later/%d HTTP/1.1\r\nHost: t\r\n\r\n" % i for i in range(3))
+    responses, closed = await exchange(client.port, payload, count=3)
+    assert [json.loads(r.body) for r in responses] == [{"before": None, "after": str(i)} for i in range(3)]
+    assert not closed
+
+
+async def test_a_handler_cancelled_outright_closes_its_connection_and_the_server_goes_on(aiorest_client, caplog):
+    app = App()
+
+    @app.get("/cancel-now")
+    async def cancel_now(request: Request) -> dict[str, bool]:
+        raise asyncio.CancelledError
+
+    @app.get("/cancel-later")
+    async def cancel_later(request: Request) -> dict[str, bool]:
+        await asyncio.sleep(0)
+        raise asyncio.CancelledError
+
+    @app.get("/cancel-self")
+    async def cancel_self(request: Request) -> dict[str, bool]:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()  # takes effect at the task's next wait, which never comes
+        return {"answered": True}
+
+    client = await aiorest_client(app)
+    for path in (b"/cancel-now", b"/cancel-later"):
+        responses, closed = await exchange(client.port, b"GET %s HTTP/1.1\r\nHost: t\r\n\r\n" % path)
+        assert responses == [] and closed
+    twice = b"GET /cancel-self HTTP/1.1\r\nHost: t\r\n\r\n" * 2
+    responses, closed = await exchange(client.port, twice, count=2)
+    assert [json.loads(r.body) for r in responses] == [{"answered": True}] * 2
+    assert not closed
+    async with client.get("/cancel-self") as response:
+        assert response.status == 200
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+async def test_requests_on_one_connection_share_its_task_and_it_ends_with_the_connection(aiorest_client):
+    app = App()
+
+    @app.get("/task")
+    async def task_id(request: Request) -> dict[str, int]:
+        await asyncio.sleep(0)
+        return {"task": id(asyncio.current_task())}
+
+    client = await aiorest_client(app)
+    before = len(asyncio.all_tasks())
+    payload = b"GET /task HTTP/1.1\r\nHost: t\r\n\r\n" * 2
+    first, _ = await exchange(client.port, payload, count=2)
+    second, _ = await exchange(client.port, payload, count=2)
+    tasks = [json.loads(r.body)["task"] for r in first + second]
+    assert tasks[0] == tasks[1] and tasks[2] == tasks[3]
+    for _ in range(50):  # the server sees each close a moment after the client
+        if len(asyncio.all_tasks()) == before:
+            break
+        await asyncio.sleep(0.01)
+    assert len(asyncio.all_tasks()) == before
