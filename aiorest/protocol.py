@@ -58,6 +58,7 @@ logger = logging.getLogger("aiorest.error")
 _METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")}
 _NO_BODY_STATUSES = frozenset({204, 304})
 _LARGE_BODY = 16 * 1024  # above this, head and body go to the socket as two buffers
+_DONE = object()  # what next() gives for a coroutine that has finished
 _FEED_SLICE = 16 * 1024  # bytes parsed at a time, so a paused connection stops promptly
 
 
@@ -112,6 +113,7 @@ class HttpProtocol(asyncio.Protocol):
         self._runner: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[None] | None = None
         self._suspended: tuple[contextvars.Context, Coroutine[Any, Any, None], Any] | None = None
+        self._serving = False  # _serve is running _process: its Task is the current one
         self._refusal: HTTPError | None = None  # set past max_connections
         # deadlines: when the head began, the connection went idle, a body wait began
         self._head_since = state.now
@@ -414,26 +416,31 @@ class HttpProtocol(asyncio.Protocol):
         on. Each request runs in its own copy of the context.
         """
         runner = self._runner
-        if runner is None or runner.done():
+        if runner is None:
             runner = self._runner = self._loop.create_task(self._serve())
             runner.add_done_callback(self._runner_done)
         context = contextvars.copy_context()
-        loop = self._loop
-        current = current_task(loop)
-        try:
-            if current is runner:  # called from _serve, after a handler that waited
-                awaited = context.run(handling.send, None)
-            else:
-                if current is not None:  # bytes fed from inside another task (the unit tests)
-                    _leave_task(loop, current)
+        # next() with a default, not send(): a step that ends raises no StopIteration.
+        if self._serving:  # called from _serve, after a handler that waited
+            awaited = context.run(next, handling.__await__(), _DONE)
+        else:
+            loop = self._loop
+            try:
                 _enter_task(loop, runner)
+            except RuntimeError:  # bytes fed from inside another task (the unit tests do)
+                current = current_task(loop)
+                assert current is not None
+                _leave_task(loop, current)
                 try:
-                    awaited = context.run(handling.send, None)
+                    awaited = self._step_as(runner, context, handling)
+                finally:
+                    _enter_task(loop, current)
+            else:
+                try:
+                    awaited = context.run(next, handling.__await__(), _DONE)
                 finally:
                     _leave_task(loop, runner)
-                    if current is not None:
-                        _enter_task(loop, current)
-        except StopIteration:
+        if awaited is _DONE:
             return True
         self._suspended = (context, handling, awaited)
         wake = self._wake
@@ -441,34 +448,55 @@ class HttpProtocol(asyncio.Protocol):
             wake.set_result(None)
         return False
 
+    def _step_as(
+        self, task: asyncio.Task[None], context: contextvars.Context, handling: Coroutine[Any, Any, None]
+    ) -> Any:
+        _enter_task(self._loop, task)
+        try:
+            return context.run(next, handling.__await__(), _DONE)
+        finally:
+            _leave_task(self._loop, task)
+
     async def _serve(self) -> None:
         """The connection's Task: carries on each handler whose first step waited."""
         loop = self._loop
-        while True:
-            suspended = self._suspended
-            if suspended is None:
-                if self._closed:
-                    return
-                wake = self._wake = loop.create_future()
-                try:
-                    await wake
-                except asyncio.CancelledError:
-                    suspended, self._suspended = self._suspended, None
-                    if suspended is None:  # cancelled between requests (the loop ends, say):
-                        raise  # end; the next request starts a new Task
-                    # Cancelled before this Task took the handler over: cancel what it
-                    # waits for and raise CancelledError in it, as Task.cancel() would.
-                    context, handling, awaited = suspended
-                    if isinstance(awaited, asyncio.Future):
-                        awaited.cancel()
-                    await _resume(context, handling, None, asyncio.CancelledError())
-                    self._process()
-                continue
-            self._suspended = None
-            await _resume(*suspended)
+        try:
+            while True:
+                suspended = self._suspended
+                if suspended is None:
+                    if self._closed:
+                        return
+                    wake = self._wake = loop.create_future()
+                    try:
+                        await wake
+                    except asyncio.CancelledError:
+                        suspended, self._suspended = self._suspended, None
+                        if suspended is None:  # cancelled between requests (the loop ends, say):
+                            raise  # end; the next request starts a new Task
+                        # Cancelled before this Task took the handler over: cancel what it
+                        # waits for and raise CancelledError in it, as Task.cancel() would.
+                        context, handling, awaited = suspended
+                        if isinstance(awaited, asyncio.Future):
+                            awaited.cancel()
+                        await _resume(context, handling, None, asyncio.CancelledError())
+                        self._process_serving()
+                    continue
+                self._suspended = None
+                await _resume(*suspended)
+                self._process_serving()
+        finally:
+            self._runner = None  # at once: the next request must not step a finished Task
+
+    def _process_serving(self) -> None:
+        self._serving = True
+        try:
             self._process()
+        finally:
+            self._serving = False
 
     def _runner_done(self, runner: asyncio.Task[None]) -> None:
+        if self._runner is runner:  # cancelled before its first step: _serve's finally never ran
+            self._runner = None
         # _serve returns only once the connection is closed; anything else is a bug
         # of ours, or a cancellation that reached the Task before its first step.
         if not self._closed and (self._current is not None or self._suspended is not None):
