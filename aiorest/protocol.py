@@ -58,6 +58,7 @@ logger = logging.getLogger("aiorest.error")
 _METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")}
 _NO_BODY_STATUSES = frozenset({204, 304})
 _LARGE_BODY = 16 * 1024  # above this, head and body go to the socket as two buffers
+_FRAMING_SIZES = frozenset({len(b"content-length"), len(b"connection"), len(b"expect"), len(b"transfer-encoding")})
 _DONE = object()  # what next() gives for a coroutine that has finished
 _FEED_SLICE = 16 * 1024  # bytes parsed at a time, so a paused connection stops promptly
 
@@ -95,6 +96,12 @@ class HttpProtocol(asyncio.Protocol):
         self._connection_header = False
         self._has_host = False
         self._transfer_encoding: bytes | None = None
+        self._framing = False  # one of the four above was sent: on_headers_complete's general path
+        # Limits read for every request, kept here (one attribute lookup, not two).
+        self._max_request_line = limits.max_request_line
+        self._max_headers = limits.max_headers
+        self._max_header_size = limits.max_header_size
+        self._max_pipeline = limits.max_pipeline
         # requests received, in order; the first is the one being answered
         self._queue: deque[Request] = deque()
         self._receiving: Request | None = None
@@ -170,7 +177,7 @@ class HttpProtocol(asyncio.Protocol):
                 self._parser.feed_data(data)
             except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
                 self._parse_error(exc)
-        if self._in_head and self._head_bytes > self._limits.max_header_size and not self._parsing_stopped:
+        if self._in_head and self._head_bytes > self._max_header_size and not self._parsing_stopped:
             self._abort_parsing(HTTPRequestHeaderFieldsTooLarge("request head too large"))
         self._process()
 
@@ -234,12 +241,14 @@ class HttpProtocol(asyncio.Protocol):
         self._url = b""
         self._raw_headers = []
         self._header_bytes = 0
-        self._content_length = None
-        self._expect_continue = False
-        self._connection_header = False
         self._has_host = False
-        self._transfer_encoding = None
         self._body_received = 0
+        if self._framing:
+            self._framing = False
+            self._content_length = None
+            self._expect_continue = False
+            self._connection_header = False
+            self._transfer_encoding = None
         if not self._in_head:
             self._in_head = True
             self._head_bytes = 0
@@ -247,37 +256,77 @@ class HttpProtocol(asyncio.Protocol):
 
     def on_url(self, url: bytes) -> None:
         self._url += url
-        if len(self._url) > self._limits.max_request_line:
-            raise _ParseAbort(HTTPURITooLong(f"request target longer than {self._limits.max_request_line} bytes"))
+        if len(self._url) > self._max_request_line:
+            raise _ParseAbort(HTTPURITooLong(f"request target longer than {self._max_request_line} bytes"))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         headers = self._raw_headers
         headers.append((name, value))
         self._header_bytes += len(name) + len(value)
-        if len(headers) > self._limits.max_headers or self._header_bytes > self._limits.max_header_size:
+        if len(headers) > self._max_headers or self._header_bytes > self._max_header_size:
             raise _ParseAbort(HTTPRequestHeaderFieldsTooLarge("request headers too large or too many"))
-        # Cheap length tests first: most headers are neither of these two.
+        # Cheap length tests first: most headers are none of these.
         size = len(name)
-        if size == 14 and name.lower() == b"content-length":
+        if size == 4:
+            if name.lower() == b"host":
+                self._has_host = True
+        elif size in _FRAMING_SIZES:
+            self._framing_header(name.lower(), value)
+
+    def _framing_header(self, name: bytes, value: bytes) -> None:
+        """A header that changes how the request is framed or answered."""
+        if name == b"content-length":
             self._content_length = int(value)  # llhttp accepts digits only
-        elif size == 10 and name.lower() == b"connection":
+        elif name == b"connection":
             self._connection_header = True
-        elif size == 4 and name.lower() == b"host":
-            self._has_host = True
-        elif size == 6 and name.lower() == b"expect" and value.lower() == b"100-continue":
+        elif name == b"expect":
+            if value.lower() != b"100-continue":
+                return
             self._expect_continue = True
-        elif size == 17 and name.lower() == b"transfer-encoding":
+        elif name == b"transfer-encoding":
             self._transfer_encoding = value
+        else:
+            return
+        self._framing = True
 
     def on_headers_complete(self) -> None:
-        parser = self._parser
         self._in_head = False
+        parser = self._parser
+        target = self._url
+        # The common request first: HTTP/1.1 kept alive, a Host, no body framing,
+        # Expect or Connection header, a plain origin-form target, a known method.
+        if (
+            self._has_host
+            and not self._framing
+            and self._refusal is None
+            and parser.should_keep_alive()
+            and target[:1] == b"/"
+            and b"%" not in target
+        ):
+            method = _METHODS.get(parser.get_method())
+            if method is not None:
+                raw_path, _, query = target.partition(b"?")
+                request = Request(
+                    method, raw_path.decode("latin-1"), raw_path, query.decode("latin-1"), "1.1",
+                    self._raw_headers, self._app, self,
+                )  # fmt: skip
+                if method != "HEAD":
+                    request._plain = True
+                queue = self._queue
+                queue.append(request)
+                self._receiving = request
+                if len(queue) >= self._max_pipeline:
+                    self._pause_reading()
+                return
+        self._head_complete(parser, target)
+
+    def _head_complete(self, parser: httptools.HttpRequestParser, target: bytes) -> None:
+        """on_headers_complete for every other request."""
         method = parser.get_method()
         keep_alive = parser.should_keep_alive()
         # Formatting the version costs 0.2 µs; without a Connection header, only
         # HTTP/1.1 is kept alive, so the common case needs no formatting.
         http_version = "1.1" if keep_alive and not self._connection_header else parser.get_http_version()
-        target = self._url
         head_error: HTTPError | None = None
         if not target.startswith(b"/"):
             target = origin_form(target)
@@ -328,7 +377,7 @@ class HttpProtocol(asyncio.Protocol):
             request.keep_alive = False
         if head_error is not None:
             request._head_error = head_error
-        if len(self._queue) >= self._limits.max_pipeline:
+        if len(self._queue) >= self._max_pipeline:
             self._pause_reading()
 
     def on_body(self, body: bytes) -> None:
