@@ -72,6 +72,9 @@ class App(_RouteDecorators):
         self._lifespan_cm: AbstractAsyncContextManager[None] | None = None
         self._routing_error_endpoint: Handler = _raise_routing_error
         self._options_endpoint: Handler = _answer_options
+        # path → method → endpoint of the routes without parameters, built at startup:
+        # most requests are routed by two dict lookups here, without resolve()
+        self._static_endpoints: dict[str, dict[str, Handler]] = {}
         self._started = False
         for route in routes:
             self.add_route(route.method, route.path, route.handler, name=route.name)
@@ -132,6 +135,10 @@ class App(_RouteDecorators):
             raise
         for route in self.router.routes():
             route.endpoint = self._chain(route.handler)
+        self._static_endpoints = {
+            path: {method: route.endpoint for method, route in methods.items()}
+            for path, methods in self.router.static_routes().items()
+        }
         self._routing_error_endpoint = self._chain(_raise_routing_error)
         self._options_endpoint = self._chain(_answer_options)
         self._started = True
@@ -171,6 +178,11 @@ class App(_RouteDecorators):
 
     def _begin(self, request: Request) -> Awaitable[Any]:
         """Route ``request`` and start its endpoint; routing errors raise HTTPError."""
+        methods = self._static_endpoints.get(request.path)
+        if methods is not None:
+            endpoint = methods.get(request.method)
+            if endpoint is not None:
+                return endpoint(request)
         try:
             route, params, allow = self.router.resolve(request.method, request.path)
         except HTTPError as exc:

@@ -46,7 +46,7 @@ from .limits import Limits
 from .request import Request
 from .response import Response, StreamResponse
 from .serverstate import ServerState
-from .wire import STATUS_BYTES, STATUS_LINES, content_type_bytes, origin_form
+from .wire import CONTENT_TYPE_LINES, STATUS_BYTES, STATUS_LINES, content_type_line, origin_form
 
 if TYPE_CHECKING:
     from .app import App
@@ -166,11 +166,12 @@ class HttpProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._parsing_stopped or self._closed:
             return
+        size = len(data)
         if self._in_head:
-            self._head_bytes += len(data)
+            self._head_bytes += size
         if self._body_since:
             self._body_since = self._state.now
-        if len(data) > _FEED_SLICE:
+        if size > _FEED_SLICE:
             self._feed_slices(memoryview(data))
         else:
             try:
@@ -398,8 +399,7 @@ class HttpProtocol(asyncio.Protocol):
             self._pause_reading()
 
     def on_message_complete(self) -> None:
-        request = self._receiving
-        assert request is not None
+        request: Request = self._receiving  # type: ignore[assignment]  # set by on_headers_complete
         if request._chunks is None and request._waiter is None:
             request._body_done = True  # no body, nobody waiting: skip the call
         else:
@@ -437,7 +437,8 @@ class HttpProtocol(asyncio.Protocol):
         queue = self._queue
         # While the client does not read, answer nothing more: responses would
         # pile up in the transport's buffer without bound.
-        while self._current is None and queue and not self._closed and not self._writing_paused:
+        # The loop's test is also how it ends, usually on an empty queue: that first.
+        while queue and self._current is None and not self._closed and not self._writing_paused:
             request = self._current = queue[0]
             if request._head_error is not None:
                 self._respond(request, error_response(request._head_error))
@@ -448,7 +449,7 @@ class HttpProtocol(asyncio.Protocol):
                 coro = self._app._handle_exception(request, exc)
             if not self._start(self._handle(request, coro)):
                 return  # it waits: _serve goes on with the queue when it is done
-        if self._current is None and not queue and self._close_after_queue:
+        if self._close_after_queue and self._current is None and not queue:
             self._close()
 
     def _start(self, handling: Coroutine[Any, Any, None]) -> bool:
@@ -595,21 +596,22 @@ class HttpProtocol(asyncio.Protocol):
                     pass  # the general path below logs it and answers 500
                 else:
                     message = b"%sContent-Length: %d\r\n\r\n%s" % (self._state.json_prefix, len(payload), payload)
-            elif (
-                result_type is Response
-                and result._headers is None
-                and type(result.body) is bytes
-                and len(result.body) <= _LARGE_BODY
-                and result.media_type.isascii()
-            ):
+            elif result_type is Response and result._headers is None:
+                content = result.body
+                content_type = CONTENT_TYPE_LINES.get(result.media_type) or content_type_line(result.media_type)
                 status_line = STATUS_BYTES.get(result.status)
-                if status_line is not None:
-                    message = b"%s%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+                if (
+                    type(content) is bytes
+                    and len(content) <= _LARGE_BODY
+                    and content_type is not None
+                    and status_line is not None
+                ):
+                    message = b"%s%s%sContent-Length: %d\r\n\r\n%s" % (
                         status_line,
                         self._state.header_bytes,
-                        content_type_bytes(result.media_type),
-                        len(result.body),
-                        result.body,
+                        content_type,
+                        len(content),
+                        content,
                     )
             if message is not None:
                 if not self._closed:

@@ -42,7 +42,9 @@ class Response:
                 )
         self.status = status
         self.body: bytes | bytearray | memoryview = body
-        self.media_type = _with_charset(media_type or "application/octet-stream")
+        if media_type is None:
+            media_type = "application/octet-stream"
+        self.media_type = _MEDIA_TYPES.get(media_type) or _with_charset(media_type)
         self._headers = Headers(headers) if headers else None
 
     @property

@@ -255,6 +255,10 @@ class RouteTable:
         entries = list(self._static.values()) + self._dynamic
         return [route for entry in entries for route in entry.methods.values()]
 
+    def static_routes(self) -> dict[str, dict[str, Route]]:
+        """Path → method → route, for the paths without parameters."""
+        return {path: dict(entry.methods) for path, entry in self._static.items()}
+
     def _compile_pattern(self) -> re.Pattern[str]:
         alternatives = []
         group = 1
