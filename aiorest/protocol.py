@@ -25,6 +25,7 @@ from asyncio import current_task
 from asyncio.tasks import _enter_task, _leave_task  # Python 3.11-3.14: see _start
 from collections import deque
 from collections.abc import Awaitable, Coroutine, Generator
+from contextvars import copy_context
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote
 
@@ -80,6 +81,7 @@ class HttpProtocol(asyncio.Protocol):
     def __init__(self, app: App, state: ServerState, limits: Limits, loop: asyncio.AbstractEventLoop) -> None:
         self._app = app
         self._codec = app.json
+        self._dumps = app.json.dumps
         self._state = state
         self._limits = limits
         self._loop = loop
@@ -243,7 +245,6 @@ class HttpProtocol(asyncio.Protocol):
         self._raw_headers = []
         self._header_bytes = 0
         self._has_host = False
-        self._body_received = 0
         if self._framing:
             self._framing = False
             self._content_length = None
@@ -322,7 +323,8 @@ class HttpProtocol(asyncio.Protocol):
         self._head_complete(parser, target)
 
     def _head_complete(self, parser: httptools.HttpRequestParser, target: bytes) -> None:
-        """on_headers_complete for every other request."""
+        """on_headers_complete for every other request (all those with a body among them)."""
+        self._body_received = 0
         method = parser.get_method()
         keep_alive = parser.should_keep_alive()
         # Formatting the version costs 0.2 µs; without a Connection header, only
@@ -469,7 +471,7 @@ class HttpProtocol(asyncio.Protocol):
         if runner is None:
             runner = self._runner = self._loop.create_task(self._serve())
             runner.add_done_callback(self._runner_done)
-        context = contextvars.copy_context()
+        context = copy_context()
         # next() with a default, not send(): a step that ends raises no StopIteration.
         if self._serving:  # called from _serve, after a handler that waited
             awaited = context.run(next, handling.__await__(), _DONE)
@@ -585,17 +587,20 @@ class HttpProtocol(asyncio.Protocol):
     def _respond(self, request: Request, result: Any) -> Coroutine[Any, Any, None] | None:
         """Write the response; a StreamResponse gives back the coroutine that streams it."""
         result_type = type(result)
-        if request._plain and request.keep_alive and not self._close_after_queue:
+        if request._plain and request.keep_alive and not self._close_after_queue and not self._closed:
             # The common cases on a kept-alive HTTP/1.1 connection: a dict, or a
             # plain Response with a small body. One formatted write, no list of lines.
-            message = None
             if result_type is dict or result_type is list:
                 try:
-                    payload = self._codec.dumps(result)
+                    payload = self._dumps(result)
                 except Exception:
                     pass  # the general path below logs it and answers 500
                 else:
-                    message = b"%sContent-Length: %d\r\n\r\n%s" % (self._state.json_prefix, len(payload), payload)
+                    self.transport.write(  # type: ignore[union-attr]
+                        b"%sContent-Length: %d\r\n\r\n%s" % (self._state.json_prefix, len(payload), payload)
+                    )
+                    self._finish(request)
+                    return None
             elif result_type is Response and result._headers is None:
                 content = result.body
                 content_type = CONTENT_TYPE_LINES.get(result.media_type) or content_type_line(result.media_type)
@@ -606,18 +611,12 @@ class HttpProtocol(asyncio.Protocol):
                     and content_type is not None
                     and status_line is not None
                 ):
-                    message = b"%s%s%sContent-Length: %d\r\n\r\n%s" % (
-                        status_line,
-                        self._state.header_bytes,
-                        content_type,
-                        len(content),
-                        content,
+                    self.transport.write(  # type: ignore[union-attr]
+                        b"%s%s%sContent-Length: %d\r\n\r\n%s"
+                        % (status_line, self._state.header_bytes, content_type, len(content), content)
                     )
-            if message is not None:
-                if not self._closed:
-                    self.transport.write(message)  # type: ignore[union-attr]
-                self._finish(request)
-                return None
+                    self._finish(request)
+                    return None
         if request._expect_continue and not request._body_done:
             request.keep_alive = False  # the client waits for 100 Continue; its body may never come
         try:
