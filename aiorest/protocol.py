@@ -60,6 +60,7 @@ _METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELE
 _NO_BODY_STATUSES = frozenset({204, 304})
 _LARGE_BODY = 16 * 1024  # above this, head and body go to the socket as two buffers
 _FRAMING_SIZES = frozenset({len(b"content-length"), len(b"connection"), len(b"expect"), len(b"transfer-encoding")})
+_PERCENT = ord("%")  # `int in bytes` tests one byte; `bytes in bytes` first tries an int, at a cost
 _DONE = object()  # what next() gives for a coroutine that has finished
 _FEED_SLICE = 16 * 1024  # bytes parsed at a time, so a paused connection stops promptly
 
@@ -303,7 +304,7 @@ class HttpProtocol(asyncio.Protocol):
             and self._refusal is None
             and parser.should_keep_alive()
             and target[:1] == b"/"
-            and b"%" not in target
+            and _PERCENT not in target  # an int: b"%" would raise and catch a TypeError inside
         ):
             method = _METHODS.get(parser.get_method())
             if method is not None:
