@@ -271,7 +271,7 @@ class HttpProtocol(asyncio.Protocol):
         # Cheap length tests first: most headers are none of these.
         size = len(name)
         if size == 4:
-            if name.lower() == b"host":
+            if name == b"Host" or name.lower() == b"host":  # as most clients spell it: no lower()
                 self._has_host = True
         elif size in _FRAMING_SIZES:
             self._framing_header(name.lower(), value)
