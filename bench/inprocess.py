@@ -4,9 +4,11 @@ Feeds keep-alive requests one at a time to an HttpProtocol with a stand-in
 transport, on uvloop, and prints microseconds per request (the median of
 several repeats). What it leaves out (recv, send, epoll) is the same for every
 server on the machine, so a change here shows up clearly where wrk's figures
-would drown it in noise. ``--profile`` prints cProfile's top functions instead.
+would drown it in noise. ``--profile`` prints cProfile's top functions instead;
+``--ceiling`` feeds the ceiling's canned-response protocol the same way, for
+comparison; ``--endpoints`` picks a subset.
 
-    python -m bench.inprocess [--requests 100000] [--repeats 7] [--profile]
+    python -m bench.inprocess [--requests 100000] [--repeats 7] [--profile] [--ceiling] [--endpoints /json]
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import functools
 import pstats
+import socket
 import statistics
 import sys
 import time
@@ -24,6 +28,7 @@ from typing import Any
 from aiorest import App, Limits
 from aiorest.protocol import HttpProtocol, ServerState
 from bench.servers.aiorest_app import app as bench_app
+from bench.servers.ceiling import Ceiling
 
 REQUESTS = {
     "/json": b"GET /json HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n",
@@ -43,6 +48,8 @@ class _Transport:
         self._on_response()
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "socket":
+            return _Socket()
         return ("127.0.0.1", 50000) if name == "peername" else default
 
     def pause_reading(self) -> None:
@@ -58,7 +65,28 @@ class _Transport:
         raise RuntimeError("the benchmark connection was closed: a request failed")
 
 
-async def _drive(app: App, request: bytes, count: int) -> float:
+class _Socket:
+    """What connection_made sets TCP_NODELAY on."""
+
+    family = socket.AF_INET
+
+    def setsockopt(self, *args: object) -> None:
+        pass
+
+
+def _aiorest(app: App, loop: asyncio.AbstractEventLoop) -> asyncio.Protocol:
+    state = ServerState()
+    state.refresh()
+    return HttpProtocol(app, state, Limits(), loop)
+
+
+def _ceiling(loop: asyncio.AbstractEventLoop) -> asyncio.Protocol:
+    return Ceiling()
+
+
+async def _drive(
+    make_protocol: Callable[[asyncio.AbstractEventLoop], asyncio.Protocol], request: bytes, count: int
+) -> float:
     """Seconds to answer ``count`` requests, each after the previous one's response.
 
     Each request is fed from a loop callback of its own, as a socket's data
@@ -67,9 +95,7 @@ async def _drive(app: App, request: bytes, count: int) -> float:
     """
     loop = asyncio.get_running_loop()
     finished: asyncio.Future[None] = loop.create_future()
-    state = ServerState()
-    state.refresh()
-    protocol = HttpProtocol(app, state, Limits(), loop)
+    protocol = make_protocol(loop)
 
     def feed() -> None:
         if transport.writes < count:
@@ -90,18 +116,20 @@ async def _drive(app: App, request: bytes, count: int) -> float:
 
 async def _measure(args: argparse.Namespace) -> None:
     await bench_app.startup()
+    make_protocol = _ceiling if args.ceiling else functools.partial(_aiorest, bench_app)
     try:
-        for path, request in REQUESTS.items():
-            await _drive(bench_app, request, 2000)  # warm up
+        for path in args.endpoints:
+            request = REQUESTS[path]
+            await _drive(make_protocol, request, 2000)  # warm up
             if args.profile:
                 profiler = cProfile.Profile()
                 profiler.enable()
-                await _drive(bench_app, request, args.requests)
+                await _drive(make_protocol, request, args.requests)
                 profiler.disable()
                 print(f"== {path}")
                 pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
                 continue
-            runs = [await _drive(bench_app, request, args.requests) for _ in range(args.repeats)]
+            runs = [await _drive(make_protocol, request, args.requests) for _ in range(args.repeats)]
             per_request = [run * 1e6 / args.requests for run in runs]
             print(
                 f"{path:12s} {statistics.median(per_request):6.2f} µs/request "
@@ -116,7 +144,17 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--profile", action="store_true", help="cProfile one run per endpoint instead")
+    parser.add_argument("--ceiling", action="store_true", help="feed the ceiling's canned-response protocol instead")
+    parser.add_argument(
+        "--endpoints",
+        type=lambda text: text.split(","),
+        default=list(REQUESTS),
+        help=f"comma-separated subset of {','.join(REQUESTS)}",
+    )
     args = parser.parse_args(argv)
+    unknown = set(args.endpoints) - set(REQUESTS)
+    if unknown:
+        parser.error(f"unknown endpoints: {', '.join(sorted(unknown))}")
     try:
         import uvloop
     except ImportError:

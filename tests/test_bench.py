@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,6 +25,36 @@ def test_inprocess_bench_answers_every_request():
     figures = dict(re.findall(r"^(/\w+)\s+([\d.]+) µs/request", done.stdout, re.MULTILINE))
     assert set(figures) == {"/json", "/plaintext"}, done.stdout
     assert all(float(value) > 0 for value in figures.values())
+
+
+def test_inprocess_bench_feeds_the_ceiling_one_endpoint_at_a_time():
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.inprocess", "--requests", "300", "--repeats", "1", "--ceiling"]
+        + ["--endpoints", "/plaintext"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.findall(r"^(/\w+)\s+[\d.]+ µs/request", done.stdout, re.MULTILINE) == ["/plaintext"]
+
+
+def test_instructions_per_request_cancel_the_start_up_out():
+    sys.path.insert(0, str(ROOT))
+    from bench.instructions import per_request
+
+    assert per_request((2000, 1_200_000_000), (12000, 1_650_000_000)) == 45_000
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_instructions_counts_a_request_of_the_ceiling_under_valgrind():
+    sys.path.insert(0, str(ROOT))
+    from bench.instructions import count, per_request
+
+    runs = [(requests, count("/json", requests, ceiling=True)) for requests in (100, 600)]
+    # Parsing a request and writing a canned answer: thousands of instructions, not millions.
+    assert 1_000 < per_request(*runs) < 100_000
 
 
 def test_profile_charges_each_sample_to_its_innermost_known_frame():
