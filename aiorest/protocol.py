@@ -560,11 +560,43 @@ class HttpProtocol(asyncio.Protocol):
             self._close()
 
     async def _handle(self, request: Request, coro: Awaitable[Any]) -> None:
+        """Run the handler and answer; a dict or a small plain Response is written here."""
         try:
             try:
                 result = await coro
             except Exception as exc:
                 result = await self._app._handle_exception(request, exc)
+            result_type = type(result)
+            if request._plain and request.keep_alive and not self._close_after_queue and not self._closed:
+                # The common cases on a kept-alive HTTP/1.1 connection: a dict, or a
+                # plain Response with a small body. One formatted write, no list of lines.
+                if result_type is dict or result_type is list:
+                    try:
+                        payload = self._dumps(result)
+                    except Exception:
+                        pass  # the general path below logs it and answers 500
+                    else:
+                        self.transport.write(  # type: ignore[union-attr]
+                            b"%sContent-Length: %d\r\n\r\n%s" % (self._state.json_prefix, len(payload), payload)
+                        )
+                        self._finish(request)
+                        return
+                elif result_type is Response and result._headers is None:
+                    content = result.body
+                    content_type = CONTENT_TYPE_LINES.get(result.media_type) or content_type_line(result.media_type)
+                    status_line = STATUS_BYTES.get(result.status)
+                    if (
+                        type(content) is bytes
+                        and len(content) <= _LARGE_BODY
+                        and content_type is not None
+                        and status_line is not None
+                    ):
+                        self.transport.write(  # type: ignore[union-attr]
+                            b"%s%s%sContent-Length: %d\r\n\r\n%s"
+                            % (status_line, self._state.header_bytes, content_type, len(content), content)
+                        )
+                        self._finish(request)
+                        return
             stream = self._respond(request, result)
             if stream is not None:
                 await stream
@@ -586,38 +618,10 @@ class HttpProtocol(asyncio.Protocol):
         self._close()
 
     def _respond(self, request: Request, result: Any) -> Coroutine[Any, Any, None] | None:
-        """Write the response; a StreamResponse gives back the coroutine that streams it."""
-        result_type = type(result)
-        if request._plain and request.keep_alive and not self._close_after_queue and not self._closed:
-            # The common cases on a kept-alive HTTP/1.1 connection: a dict, or a
-            # plain Response with a small body. One formatted write, no list of lines.
-            if result_type is dict or result_type is list:
-                try:
-                    payload = self._dumps(result)
-                except Exception:
-                    pass  # the general path below logs it and answers 500
-                else:
-                    self.transport.write(  # type: ignore[union-attr]
-                        b"%sContent-Length: %d\r\n\r\n%s" % (self._state.json_prefix, len(payload), payload)
-                    )
-                    self._finish(request)
-                    return None
-            elif result_type is Response and result._headers is None:
-                content = result.body
-                content_type = CONTENT_TYPE_LINES.get(result.media_type) or content_type_line(result.media_type)
-                status_line = STATUS_BYTES.get(result.status)
-                if (
-                    type(content) is bytes
-                    and len(content) <= _LARGE_BODY
-                    and content_type is not None
-                    and status_line is not None
-                ):
-                    self.transport.write(  # type: ignore[union-attr]
-                        b"%s%s%sContent-Length: %d\r\n\r\n%s"
-                        % (status_line, self._state.header_bytes, content_type, len(content), content)
-                    )
-                    self._finish(request)
-                    return None
+        """Write the response; a StreamResponse gives back the coroutine that streams it.
+
+        The common answers take the short path in ``_handle`` and never come here.
+        """
         if request._expect_continue and not request._body_done:
             request.keep_alive = False  # the client waits for 100 Continue; its body may never come
         try:
