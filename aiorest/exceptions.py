@@ -38,6 +38,7 @@ __all__ = [
     "HTTPBadGateway",
     "HTTPServiceUnavailable",
     "HTTPGatewayTimeout",
+    "HTTPVersionNotSupported",
     "ClientDisconnected",
 ]
 
@@ -185,6 +186,10 @@ class HTTPServiceUnavailable(_RetryAfter):
 
 class HTTPGatewayTimeout(HTTPError):
     status = 504
+
+
+class HTTPVersionNotSupported(HTTPError):
+    status = 505
 
 
 class ClientDisconnected(ConnectionError):

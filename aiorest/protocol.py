@@ -42,6 +42,7 @@ from .exceptions import (
     HTTPRequestTimeout,
     HTTPServiceUnavailable,
     HTTPURITooLong,
+    HTTPVersionNotSupported,
 )
 from .limits import Limits
 from .request import Request
@@ -375,6 +376,9 @@ class HttpProtocol(asyncio.Protocol):
         if self._transfer_encoding is not None and self._transfer_encoding.strip().lower() != b"chunked":
             # llhttp accepts "gzip, chunked"; we would hand the handler a still-encoded body.
             head_error = HTTPNotImplemented("only the chunked transfer coding is supported")
+            request.keep_alive = False
+        if http_version != "1.1" and http_version != "1.0":  # llhttp also takes 0.9 and 2.0
+            head_error = HTTPVersionNotSupported(f"HTTP/{http_version} is not supported; this server speaks HTTP/1.1")
             request.keep_alive = False
         if self._refusal is not None:
             head_error = self._refusal

@@ -57,7 +57,7 @@ def error_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
 
 
 def test_every_http_error_class_is_exported_with_a_4xx_or_5xx_status():
-    assert len(ERROR_CLASSES) == 21
+    assert len(ERROR_CLASSES) == 22
     for cls in ERROR_CLASSES:
         assert issubclass(cls, HTTPError)
         assert 400 <= cls.status <= 599

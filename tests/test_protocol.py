@@ -207,6 +207,35 @@ async def test_malformed_and_smuggling_requests_get_400_and_close(app, raw):
     assert conn.transport.closed
 
 
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        # llhttp stops at the first byte no method it knows has there: an unknown
+        # method and garbage look the same to it, and get 400 (as under uvicorn).
+        (b"BREW /json HTTP/1.1\r\nHost: t\r\n\r\n", 400),
+        (b"GET /json HTTP/2.0\r\nHost: t\r\n\r\n", 505),
+        (b"GET /json HTTP/0.9\r\n\r\n", 505),
+    ],
+    ids=["unknown-method", "http2", "http09"],
+)
+async def test_unknown_method_gets_400_and_another_http_version_505_then_close(app, raw, status):
+    conn = Connection(app)
+    conn.feed(raw)
+    [response] = await conn.responses(1)
+    assert response.status == status
+    assert b'"status":%d' % status in response.body
+    assert conn.transport.closed
+
+
+async def test_a_method_llhttp_knows_but_no_route_has_gets_405_and_keeps_the_connection(app):
+    conn = Connection(app)
+    conn.feed(b"PROPFIND /json HTTP/1.1\r\nHost: t\r\n\r\n")
+    [response] = await conn.responses(1)
+    assert response.status == 405
+    assert response.header("allow") == "GET, HEAD, OPTIONS"
+    assert not conn.transport.closed
+
+
 async def test_malformed_request_after_a_good_one_is_answered_after_it(app):
     conn = Connection(app)
     conn.feed(b"GET /slow/10 HTTP/1.1\r\nHost: t\r\n\r\nGARBAGE\r\n\r\n")
