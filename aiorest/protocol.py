@@ -266,11 +266,11 @@ class HttpProtocol(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         headers = self._raw_headers
         headers.append((name, value))
-        self._header_bytes += len(name) + len(value)
+        size = len(name)
+        self._header_bytes += size + len(value)
         if len(headers) > self._max_headers or self._header_bytes > self._max_header_size:
             raise _ParseAbort(HTTPRequestHeaderFieldsTooLarge("request headers too large or too many"))
         # Cheap length tests first: most headers are none of these.
-        size = len(name)
         if size == 4:
             if name == b"Host" or name.lower() == b"host":  # as most clients spell it: no lower()
                 self._has_host = True
@@ -574,17 +574,14 @@ class HttpProtocol(asyncio.Protocol):
             if request._plain and request.keep_alive and not self._close_after_queue and not self._closed:
                 # The common cases on a kept-alive HTTP/1.1 connection: a dict, or a
                 # plain Response with a small body. One formatted write, no list of lines.
+                message = None
                 if result_type is dict or result_type is list:
                     try:
                         payload = self._dumps(result)
                     except Exception:
                         pass  # the general path below logs it and answers 500
                     else:
-                        self.transport.write(  # type: ignore[union-attr]
-                            b"%sContent-Length: %d\r\n\r\n%s" % (self._state.json_prefix, len(payload), payload)
-                        )
-                        self._finish(request)
-                        return
+                        message = b"%sContent-Length: %d\r\n\r\n%s" % (self._state.json_prefix, len(payload), payload)
                 elif result_type is Response and result._headers is None:
                     content = result.body
                     content_type = CONTENT_TYPE_LINES.get(result.media_type) or content_type_line(result.media_type)
@@ -595,12 +592,25 @@ class HttpProtocol(asyncio.Protocol):
                         and content_type is not None
                         and status_line is not None
                     ):
-                        self.transport.write(  # type: ignore[union-attr]
-                            b"%s%s%sContent-Length: %d\r\n\r\n%s"
-                            % (status_line, self._state.header_bytes, content_type, len(content), content)
+                        message = b"%s%s%sContent-Length: %d\r\n\r\n%s" % (
+                            status_line,
+                            self._state.header_bytes,
+                            content_type,
+                            len(content),
+                            content,
                         )
-                        self._finish(request)
-                        return
+                if message is not None:
+                    self.transport.write(message)  # type: ignore[union-attr]
+                    # _finish, for a connection that stays open
+                    self._current = None
+                    self._queue.popleft()
+                    if request._chunks is not None or not request._body_done:
+                        self._drop_body(request)
+                    self._idle_since = self._state.now
+                    self._body_since = 0.0
+                    if self._reading_paused:
+                        self._update_reading()
+                    return
             stream = self._respond(request, result)
             if stream is not None:
                 await stream
@@ -754,11 +764,8 @@ class HttpProtocol(asyncio.Protocol):
             self._queue.clear()
             return
         self._queue.popleft()
-        if request._chunks is not None:
-            self._buffered_body -= request._buffered
-            request._chunks = None
-        if not request._body_done:
-            request._discard = True
+        if request._chunks is not None or not request._body_done:
+            self._drop_body(request)
         if not request.keep_alive:
             self._close()
             return
@@ -766,6 +773,14 @@ class HttpProtocol(asyncio.Protocol):
         self._body_since = 0.0
         if self._reading_paused:
             self._update_reading()
+
+    def _drop_body(self, request: Request) -> None:
+        """The request is answered: free its buffered body, discard what is still to come."""
+        if request._chunks is not None:
+            self._buffered_body -= request._buffered
+            request._chunks = None
+        if not request._body_done:
+            request._discard = True
 
     # -- flow control and deadlines ---------------------------------------------------------
 
