@@ -2,8 +2,9 @@
 
 One HttpProtocol per connection. It parses with httptools, queues requests in
 arrival order (pipelining) and answers them one at a time in that order, every
-handler inside the connection's Task (see ``_start``). All I/O goes through ``self.transport``; feeding bytes to
-``data_received`` with a stand-in transport exercises the whole state machine.
+handler inside the connection's Task (see the note above ``_new_runner``). All
+I/O goes through ``self.transport``; feeding bytes to ``data_received`` with a
+stand-in transport exercises the whole state machine.
 
 Deadlines are timestamps, checked once a second by ServerState, never timers
 per request. What a connection is doing decides which one applies:
@@ -22,7 +23,7 @@ import logging
 import socket
 import types
 from asyncio import current_task
-from asyncio.tasks import _enter_task, _leave_task  # Python 3.11-3.14: see _start
+from asyncio.tasks import _enter_task, _leave_task  # Python 3.11-3.14: see HttpProtocol._new_runner
 from collections import deque
 from collections.abc import Awaitable, Coroutine, Generator
 from contextvars import copy_context
@@ -120,7 +121,7 @@ class HttpProtocol(asyncio.Protocol):
         self._reading_paused = False
         self._writing_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
-        # the connection's Task (see _start), what wakes it, the handler it is to carry on
+        # the connection's Task (see the note above _new_runner), what wakes it, the handler it is to carry on
         self._runner: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[None] | None = None
         self._suspended: tuple[contextvars.Context, Coroutine[Any, Any, None], Any] | None = None
@@ -458,65 +459,67 @@ class HttpProtocol(asyncio.Protocol):
                 coro = endpoint(request) if endpoint is not None else self._app._begin(request)
             except Exception as exc:
                 coro = self._app._handle_exception(request, exc)
-            if not self._start(self._handle(request, coro)):
+            # The handler's first step, run now as the connection's Task (see the note above _new_runner).
+            handling = self._handle(request, coro)
+            runner = self._runner
+            if runner is None:
+                runner = self._new_runner()
+            context = copy_context()
+            if self._serving:  # called from _serve, after a handler that waited
+                awaited = context.run(next, handling.__await__(), _DONE)
+            else:
+                loop = self._loop
+                try:
+                    _enter_task(loop, runner)
+                except RuntimeError:  # bytes fed from inside another task (the unit tests do)
+                    awaited = self._step_inside_another_task(runner, context, handling)
+                else:
+                    try:
+                        awaited = context.run(next, handling.__await__(), _DONE)
+                    finally:
+                        _leave_task(loop, runner)
+            if awaited is not _DONE:
+                self._suspend(context, handling, awaited)
                 return  # it waits: _serve goes on with the queue when it is done
         if self._close_after_queue and self._current is None and not queue:
             self._close()
 
-    def _start(self, handling: Coroutine[Any, Any, None]) -> bool:
-        """Run a request's first step now, as the connection's Task; False if it waits.
+    # Every handler runs inside a Task from its first line (asyncio.timeout,
+    # TaskGroups and client libraries built on them need current_task() before
+    # the first await), but not in a new Task per request: creating one and
+    # waiting for the loop to step it cost about 1.5 µs a request on Python 3.11.
+    # The connection keeps one Task, _serve. _process runs the first step of each
+    # request at once, in a copy of the context, with that Task entered as the
+    # current one (next() with a default, not send(): a step that ends raises no
+    # StopIteration); a handler that answers without waiting is done there. A
+    # handler that waits is handed to _serve, which drives it from then on.
 
-        Every handler runs inside a Task from its first line (``asyncio.timeout``,
-        TaskGroups and client libraries built on them need ``current_task()``
-        before the first await), but not in a new Task per request: creating one
-        and waiting for the loop to step it costs about 1.5 µs a request on
-        Python 3.11. The connection keeps one Task, ``_serve``; the first step of
-        each request runs right here with that Task entered as the current one,
-        and a handler that answers without waiting is done before this returns.
-        A handler that waits is handed to ``_serve``, which drives it from then
-        on. Each request runs in its own copy of the context.
-        """
-        runner = self._runner
-        if runner is None:
-            runner = self._runner = self._loop.create_task(self._serve())
-            runner.add_done_callback(self._runner_done)
-        context = copy_context()
-        # next() with a default, not send(): a step that ends raises no StopIteration.
-        if self._serving:  # called from _serve, after a handler that waited
-            awaited = context.run(next, handling.__await__(), _DONE)
-        else:
-            loop = self._loop
-            try:
-                _enter_task(loop, runner)
-            except RuntimeError:  # bytes fed from inside another task (the unit tests do)
-                current = current_task(loop)
-                assert current is not None
-                _leave_task(loop, current)
-                try:
-                    awaited = self._step_as(runner, context, handling)
-                finally:
-                    _enter_task(loop, current)
-            else:
-                try:
-                    awaited = context.run(next, handling.__await__(), _DONE)
-                finally:
-                    _leave_task(loop, runner)
-        if awaited is _DONE:
-            return True
+    def _new_runner(self) -> asyncio.Task[None]:
+        runner = self._runner = self._loop.create_task(self._serve())
+        runner.add_done_callback(self._runner_done)
+        return runner
+
+    def _step_inside_another_task(
+        self, runner: asyncio.Task[None], context: contextvars.Context, handling: Coroutine[Any, Any, None]
+    ) -> Any:
+        """The first step when bytes are fed from inside another Task (the unit tests do)."""
+        loop = self._loop
+        current = current_task(loop)
+        assert current is not None
+        _leave_task(loop, current)
+        _enter_task(loop, runner)
+        try:
+            return context.run(next, handling.__await__(), _DONE)
+        finally:
+            _leave_task(loop, runner)
+            _enter_task(loop, current)
+
+    def _suspend(self, context: contextvars.Context, handling: Coroutine[Any, Any, None], awaited: Any) -> None:
+        """A handler waits for ``awaited``: _serve carries it on."""
         self._suspended = (context, handling, awaited)
         wake = self._wake
         if wake is not None and not wake.done():
             wake.set_result(None)
-        return False
-
-    def _step_as(
-        self, task: asyncio.Task[None], context: contextvars.Context, handling: Coroutine[Any, Any, None]
-    ) -> Any:
-        _enter_task(self._loop, task)
-        try:
-            return context.run(next, handling.__await__(), _DONE)
-        finally:
-            _leave_task(self._loop, task)
 
     async def _serve(self) -> None:
         """The connection's Task: carries on each handler whose first step waited."""
