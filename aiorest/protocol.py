@@ -146,6 +146,11 @@ class HttpProtocol(asyncio.Protocol):
             except OSError:
                 pass
         self._state.connections.add(self)
+        # The context the connection's callbacks start from, never a request's.
+        self._context = copy_context()
+        # Started now, it waits for work by the time a request arrives: a cancel
+        # that reached it before its first step would end it without a word.
+        self._new_runner()
         if len(self._state.connections) > self._limits.max_connections:
             # Answer the first request with 503, after reading it: closing with the
             # request unread would reset the connection before the client sees the answer.
@@ -481,6 +486,8 @@ class HttpProtocol(asyncio.Protocol):
             if awaited is not _DONE:
                 self._suspend(context, handling, awaited)
                 return  # it waits: _serve goes on with the queue when it is done
+            if runner.cancelling():
+                self._forget_cancels()
         if self._close_after_queue and self._current is None and not queue:
             self._close()
 
@@ -534,6 +541,8 @@ class HttpProtocol(asyncio.Protocol):
                     try:
                         await wake
                     except asyncio.CancelledError:
+                        if not self._runner.cancelling():  # type: ignore[union-attr]
+                            continue  # a cancel _process found moot and took back
                         suspended, self._suspended = self._suspended, None
                         if suspended is None:  # cancelled between requests (the loop ends, say):
                             raise  # end; the next request starts a new Task
@@ -543,13 +552,23 @@ class HttpProtocol(asyncio.Protocol):
                         if isinstance(awaited, asyncio.Future):
                             awaited.cancel()
                         await _resume(context, handling, None, asyncio.CancelledError())
+                        self._forget_cancels()
                         self._process_serving()
                     continue
                 self._suspended = None
                 await _resume(*suspended)
+                self._forget_cancels()
                 self._process_serving()
         finally:
             self._runner = None  # at once: the next request must not step a finished Task
+
+    def _forget_cancels(self) -> None:
+        """A handler has finished with cancels on its Task still counted: with a Task
+        of its own they would have ended with it; they must not reach the next
+        request on this connection (its ``cancelling()`` starts at 0)."""
+        runner = self._runner
+        while runner is not None and runner.uncancel():
+            pass
 
     def _process_serving(self) -> None:
         self._serving = True
@@ -821,7 +840,7 @@ class HttpProtocol(asyncio.Protocol):
             if self._pending_data is not None:
                 # Parse what is left of the last read before reading more; not
                 # from here, which may be inside a handler reading its body.
-                self._loop.call_soon(self._feed_pending)
+                self._loop.call_soon(self._feed_pending, context=self._context)
             else:
                 assert self.transport is not None
                 self.transport.resume_reading()

@@ -555,3 +555,49 @@ async def test_requests_on_one_connection_share_its_task_and_it_ends_with_the_co
             break
         await asyncio.sleep(0.01)
     assert len(asyncio.all_tasks()) == before
+
+
+async def test_a_cancel_a_finished_handler_left_behind_does_not_reach_the_next_request(aiorest_client):
+    app = App()
+
+    @app.get("/cancel-and-answer")
+    async def cancel_and_answer(request: Request) -> dict[str, int]:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()  # then answers without waiting: the cancel ends with this request
+        return {"cancelling": task.cancelling()}
+
+    @app.get("/swallow")
+    async def swallow(request: Request) -> dict[str, bool]:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:  # caught and answered, without uncancel()
+            return {"caught": True}
+        return {"caught": False}
+
+    @app.get("/waits")
+    async def waits(request: Request) -> dict[str, int]:
+        task = asyncio.current_task()
+        assert task is not None
+        cancelling = task.cancelling()
+        await asyncio.sleep(0.01)
+        return {"cancelling": cancelling}
+
+    client = await aiorest_client(app)
+    # Pipelined, so that the next request starts while the first one's cancel is pending;
+    # the first request of a connection included, when its Task has only just started.
+    payload = b"".join(
+        b"GET %s HTTP/1.1\r\nHost: t\r\n\r\n" % path
+        for path in (b"/cancel-and-answer", b"/waits", b"/swallow", b"/waits")
+    )
+    responses, closed = await exchange(client.port, payload, count=4)
+    assert [json.loads(r.body) for r in responses] == [
+        {"cancelling": 1},
+        {"cancelling": 0},
+        {"caught": True},
+        {"cancelling": 0},
+    ]
+    assert not closed

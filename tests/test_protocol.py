@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 
 import pytest
 
@@ -397,9 +398,33 @@ async def test_body_beyond_the_buffer_pauses_reading_until_the_handler_reads(app
     assert response.body == b'{"received":5000}'
 
 
+async def test_a_request_parsed_after_reading_resumed_does_not_see_the_last_handlers_context():
+    user: contextvars.ContextVar[str | None] = contextvars.ContextVar("user", default=None)
+    app = App()
+
+    @app.get("/set")
+    async def set_user(request: Request) -> dict[str, str]:
+        user.set("alice")
+        return {"set": "alice"}
+
+    @app.get("/get")
+    async def get_user(request: Request) -> dict[str, str | None]:
+        return {"user": user.get()}
+
+    await app.startup()
+    # Two padded requests fill the pipeline (max 2): reading pauses with /get left over,
+    # and is parsed from a callback once /set has been answered, inside its context.
+    padded = b"GET /set HTTP/1.1\r\nHost: t\r\nX-Pad: " + b"p" * 8000 + b"\r\n\r\n"
+    conn = Connection(app, Limits(max_pipeline=2))
+    get = b"GET /get HTTP/1.1\r\nHost: t\r\nX-Pad: " + b"p" * 1000 + b"\r\n\r\n"  # past the first 16 KiB
+    conn.feed(padded + padded + get)
+    responses = await conn.responses(3)
+    assert [r.body for r in responses][-1] == b'{"user":null}'
+
+
 async def test_client_disconnect_while_handler_reads_body_does_not_crash_or_leak(app, caplog):
-    conn = Connection(app)
     before = len(asyncio.all_tasks())
+    conn = Connection(app)  # its Task, started now, must be gone at the end too
     conn.feed(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\nabc")
     await asyncio.sleep(0.01)
     conn.protocol.connection_lost(None)
