@@ -73,7 +73,8 @@ class App(_RouteDecorators):
         self._routing_error_endpoint: Handler = _raise_routing_error
         self._options_endpoint: Handler = _answer_options
         # path → method → endpoint of the routes without parameters, built at startup:
-        # most requests are routed by two dict lookups here, without resolve()
+        # the server routes most requests by two lookups in it, and calls _begin
+        # only for the others (parameters, HEAD, OPTIONS, 404, 405)
         self._static_endpoints: dict[str, dict[str, Handler]] = {}
         self._started = False
         for route in routes:
@@ -178,11 +179,6 @@ class App(_RouteDecorators):
 
     def _begin(self, request: Request) -> Awaitable[Any]:
         """Route ``request`` and start its endpoint; routing errors raise HTTPError."""
-        methods = self._static_endpoints.get(request.path)
-        if methods is not None:
-            endpoint = methods.get(request.method)
-            if endpoint is not None:
-                return endpoint(request)
         try:
             route, params, allow = self.router.resolve(request.method, request.path)
         except HTTPError as exc:

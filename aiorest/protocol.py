@@ -642,11 +642,9 @@ class HttpProtocol(asyncio.Protocol):
                 await stream
         except asyncio.CancelledError:
             # The handler was cancelled (by itself or by code it gave its Task to):
-            # there is no answer to give; the connection closes, the Task goes on.
+            # there is no answer to give; the connection closes, the Task goes on
+            # (the cancel is taken back with the others, see _forget_cancels).
             self._abandon(request)
-            task = current_task(self._loop)
-            if task is not None:
-                task.uncancel()
         except Exception:  # a bug of ours: never leave the connection hanging
             logger.exception("answering %s %s failed", request.method, request.path)
             self._abandon(request)
