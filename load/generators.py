@@ -140,10 +140,14 @@ def run_locust(
             cores = min(processes, count_cpus(cpus))  # the locust processes share these cores
         started = time.monotonic()
         # A session of its own: the master and its worker processes are one
-        # process group, stopped together if the run is abandoned.
-        process = subprocess.Popen(
-            command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
-        )
+        # process group, stopped together if the run is abandoned. stderr goes to
+        # a file, not a pipe: a failing flow logs a traceback per request, and a
+        # full pipe nobody reads until the end would stall locust to its deadline.
+        errors = Path(directory) / "stderr.txt"
+        with errors.open("wb") as stderr_file:  # the child keeps its own copy of the descriptor
+            process = subprocess.Popen(
+                command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr_file, start_new_session=True
+            )
         cpu_before, cpu_after = _cpu_seconds(process.pid), 0.0
         deadline = started + seconds + GRACE_S
         try:
@@ -157,10 +161,12 @@ def run_locust(
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         wall = time.monotonic() - started
-        stderr = process.stderr.read() if process.stderr else ""
+        with errors.open("rb") as written:  # its last 3,000 bytes, however much it wrote
+            written.seek(max(0, written.seek(0, os.SEEK_END) - 3000))
+            stderr = written.read().decode(errors="replace")
         stats_file = base.with_suffix(".json")
         if not stats_file.exists():
-            raise GeneratorError(f"locust wrote no results (exit {process.returncode}):\n{stderr[-3000:]}")
+            raise GeneratorError(f"locust wrote no results (exit {process.returncode}):\n{stderr}")
         entries = [e for e in json.loads(stats_file.read_text()) if e["name"] not in _BOOKKEEPING]
     busy = (cpu_after - cpu_before) / (wall * cores)
     return _summarise_locust(entries, busy)
