@@ -17,7 +17,7 @@ from .datastructures import State
 from .exceptions import ClientDisconnected, HTTPError
 from .jsoncodec import JSONCodec, get_codec
 from .response import JSONResponse, Response
-from .routing import Handler, Route, RouteTable, _RouteDecorators
+from .routing import Handler, Route, RouteTable, _is_async, _RouteDecorators
 
 if TYPE_CHECKING:
     from .request import Request
@@ -172,7 +172,9 @@ class App(_RouteDecorators):
             return handler
         endpoint: Handler = _Converting(handler)
         for middleware in reversed(self.middleware):
-            endpoint = _Link(middleware, endpoint)
+            # The server drives endpoints with ``yield from``, which takes coroutines
+            # only: a middleware that is a plain function returning an awaitable is awaited.
+            endpoint = _Link(middleware, endpoint) if _is_async(middleware) else _AwaitingLink(middleware, endpoint)
         return endpoint
 
     # -- per request (called by the server) ------------------------------------
@@ -246,6 +248,15 @@ class _Link:
 
     def __call__(self, request: Request) -> Awaitable[Response]:
         return self.middleware(request, self.next)
+
+
+class _AwaitingLink(_Link):
+    """A middleware that is not an async function: its awaitable, awaited in a coroutine."""
+
+    __slots__ = ()
+
+    async def __call__(self, request: Request) -> Response:
+        return await self.middleware(request, self.next)
 
 
 class _Converting:

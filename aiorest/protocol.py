@@ -124,7 +124,7 @@ class HttpProtocol(asyncio.Protocol):
         # the connection's Task (see the note above _new_runner), what wakes it, the handler it is to carry on
         self._runner: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[None] | None = None
-        self._suspended: tuple[contextvars.Context, Coroutine[Any, Any, None], Any] | None = None
+        self._suspended: tuple[contextvars.Context, Generator[Any, Any, None], Any] | None = None
         self._serving = False  # _serve is running _process: its Task is the current one
         self._refusal: HTTPError | None = None  # set past max_connections
         # deadlines: when the head began, the connection went idle, a body wait began
@@ -471,7 +471,7 @@ class HttpProtocol(asyncio.Protocol):
                 runner = self._new_runner()
             context = copy_context()
             if self._serving:  # called from _serve, after a handler that waited
-                awaited = context.run(next, handling.__await__(), _DONE)
+                awaited = context.run(next, handling, _DONE)
             else:
                 loop = self._loop
                 try:
@@ -480,7 +480,7 @@ class HttpProtocol(asyncio.Protocol):
                     awaited = self._step_inside_another_task(runner, context, handling)
                 else:
                     try:
-                        awaited = context.run(next, handling.__await__(), _DONE)
+                        awaited = context.run(next, handling, _DONE)
                     finally:
                         _leave_task(loop, runner)
             if awaited is not _DONE:
@@ -507,7 +507,7 @@ class HttpProtocol(asyncio.Protocol):
         return runner
 
     def _step_inside_another_task(
-        self, runner: asyncio.Task[None], context: contextvars.Context, handling: Coroutine[Any, Any, None]
+        self, runner: asyncio.Task[None], context: contextvars.Context, handling: Generator[Any, Any, None]
     ) -> Any:
         """The first step when bytes are fed from inside another Task (the unit tests do)."""
         loop = self._loop
@@ -516,12 +516,12 @@ class HttpProtocol(asyncio.Protocol):
         _leave_task(loop, current)
         _enter_task(loop, runner)
         try:
-            return context.run(next, handling.__await__(), _DONE)
+            return context.run(next, handling, _DONE)
         finally:
             _leave_task(loop, runner)
             _enter_task(loop, current)
 
-    def _suspend(self, context: contextvars.Context, handling: Coroutine[Any, Any, None], awaited: Any) -> None:
+    def _suspend(self, context: contextvars.Context, handling: Generator[Any, Any, None], awaited: Any) -> None:
         """A handler waits for ``awaited``: _serve carries it on."""
         self._suspended = (context, handling, awaited)
         wake = self._wake
@@ -589,13 +589,19 @@ class HttpProtocol(asyncio.Protocol):
             self._current = None
             self._close()
 
-    async def _handle(self, request: Request, coro: Awaitable[Any]) -> None:
+    # A generator-based coroutine, not an async def: _process steps it with
+    # next() as it is, where a native coroutine needs its __await__() wrapper
+    # first (an object and a call a request: about 800 instructions).
+    @types.coroutine
+    def _handle(self, request: Request, coro: Awaitable[Any]) -> Generator[Any, Any, None]:
         """Run the handler and answer; a dict or a small plain Response is written here."""
         try:
             try:
-                result = await coro
+                # A coroutine: endpoints are async functions, and App._chain makes
+                # one of a middleware that is not (yield from takes no other awaitable).
+                result = yield from coro  # type: ignore[misc]
             except Exception as exc:
-                result = await self._app._handle_exception(request, exc)
+                result = yield from self._app._handle_exception(request, exc)
             result_type = type(result)
             if request._plain and request.keep_alive and not self._close_after_queue and not self._closed:
                 # The common cases on a kept-alive HTTP/1.1 connection: a dict, or a
@@ -639,7 +645,7 @@ class HttpProtocol(asyncio.Protocol):
                     return
             stream = self._respond(request, result)
             if stream is not None:
-                await stream
+                yield from stream
         except asyncio.CancelledError:
             # The handler was cancelled (by itself or by code it gave its Task to):
             # there is no answer to give; the connection closes, the Task goes on
@@ -900,7 +906,7 @@ class HttpProtocol(asyncio.Protocol):
 @types.coroutine
 def _resume(
     context: contextvars.Context,
-    handling: Coroutine[Any, Any, None],
+    handling: Generator[Any, Any, None],
     awaited: Any,
     throw: BaseException | None = None,
 ) -> Generator[Any, Any, None]:

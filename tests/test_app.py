@@ -63,6 +63,29 @@ async def test_middleware_runs_outermost_first(aiorest_client):
     assert events == ["outer in", "middle in", "inner in", "handler", "inner out", "middle out", "outer out"]
 
 
+async def test_a_middleware_that_is_a_plain_function_may_return_any_awaitable(aiorest_client):
+    class Later:
+        """An awaitable that is neither a coroutine nor a Future."""
+
+        def __init__(self, awaitable):
+            self.awaitable = awaitable
+
+        def __await__(self):
+            response = yield from self.awaitable.__await__()
+            response.headers["X-Later"] = "yes"
+            return response
+
+    def plain(request: Request, handler):
+        return Later(handler(request))
+
+    app = hello_app(middleware=[plain, lambda request, handler: handler(request)])
+    client = await aiorest_client(app)
+    async with client.get("/hello") as response:
+        assert response.status == 200
+        assert response.headers["X-Later"] == "yes"
+        assert await response.json() == {"hello": "world"}
+
+
 async def test_middleware_sees_a_response_and_can_change_its_headers(aiorest_client):
     seen: list[str] = []
 
