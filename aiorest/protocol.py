@@ -179,6 +179,14 @@ class HttpProtocol(asyncio.Protocol):
         size = len(data)
         if self._in_head:
             self._head_bytes += size
+        elif self._receiving is None:
+            # Between requests: these bytes begin the next head (its clock starts
+            # here, not in an on_message_begin callback, which would cost a call
+            # a request). A head that began in the bytes ending the previous
+            # request is timed from that request's answer: see check_deadline.
+            self._in_head = True
+            self._head_bytes = size
+            self._head_since = self._state.now
         if self._body_since:
             self._body_since = self._state.now
         if size > _FEED_SLICE:
@@ -248,22 +256,6 @@ class HttpProtocol(asyncio.Protocol):
         else:
             self._abort_parsing(HTTPBadRequest(f"malformed request: {exc}"))
 
-    def on_message_begin(self) -> None:
-        self._url = b""
-        self._raw_headers = []
-        self._header_bytes = 0
-        self._has_host = False
-        if self._framing:
-            self._framing = False
-            self._content_length = None
-            self._expect_continue = False
-            self._connection_header = False
-            self._transfer_encoding = None
-        if not self._in_head:
-            self._in_head = True
-            self._head_bytes = 0
-            self._head_since = self._state.now
-
     def on_url(self, url: bytes) -> None:
         self._url += url
         if len(self._url) > self._max_request_line:
@@ -325,10 +317,29 @@ class HttpProtocol(asyncio.Protocol):
                 queue = self._queue
                 queue.append(request)
                 self._receiving = request
+                # Ready for the next head (_next_head, without the call; no framing header was sent).
+                self._url = b""
+                self._raw_headers = []
+                self._header_bytes = 0
+                self._has_host = False
                 if len(queue) >= self._max_pipeline:
                     self._pause_reading()
                 return
         self._head_complete(parser, target)
+        self._next_head()
+
+    def _next_head(self) -> None:
+        """Forget the head just parsed: the parser may go on with the next one."""
+        self._url = b""
+        self._raw_headers = []
+        self._header_bytes = 0
+        self._has_host = False
+        if self._framing:
+            self._framing = False
+            self._content_length = None
+            self._expect_continue = False
+            self._connection_header = False
+            self._transfer_encoding = None
 
     def _head_complete(self, parser: httptools.HttpRequestParser, target: bytes) -> None:
         """on_headers_complete for every other request (all those with a body among them)."""
@@ -864,9 +875,12 @@ class HttpProtocol(asyncio.Protocol):
             return
         limits = self._limits
         if self._current is None and not self._queue:
-            if self._in_head:
-                if now - self._head_since > limits.head_timeout:
-                    if self._head_bytes:
+            if self._in_head or self._url:
+                # _url alone: a head that began in the bytes that ended the previous
+                # request (data_received did not see it begin); timed from that answer.
+                since = self._head_since if self._in_head else self._idle_since
+                if now - since > limits.head_timeout:
+                    if self._head_bytes or self._url:
                         self._write_error_and_close(HTTPRequestTimeout("request head not received in time"))
                     else:
                         self._close()

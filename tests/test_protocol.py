@@ -531,6 +531,33 @@ async def test_head_timeout_answers_408_to_a_partial_head_and_closes(app):
     assert conn.transport.closed
 
 
+async def test_the_next_head_on_a_kept_alive_connection_is_timed_from_its_first_bytes(app):
+    conn = Connection(app, Limits(head_timeout=5, keepalive_timeout=90))
+    conn.feed(GET_JSON)
+    await conn.responses(1)
+    conn.state.now = 1050.0  # idle for 50 s: the keep-alive timeout applied until now
+    conn.feed(b"GET /json HTTP/1.1\r\nHo")
+    conn.protocol.check_deadline(1054.0)
+    assert not conn.transport.closed
+    conn.protocol.check_deadline(1056.0)
+    responses = await conn.responses(2)
+    assert [r.status for r in responses] == [200, 408]
+    assert conn.transport.closed
+
+
+@pytest.mark.parametrize("partial", [b"GET /json HTTP/1.1\r\nHo", b"GET /js"])
+async def test_a_head_begun_in_the_bytes_that_ended_a_request_is_timed_from_its_answer(app, partial):
+    conn = Connection(app, Limits(head_timeout=5, keepalive_timeout=90))
+    conn.feed(GET_JSON + partial)
+    await conn.responses(1)
+    conn.protocol.check_deadline(1004.0)
+    assert not conn.transport.closed
+    conn.protocol.check_deadline(1006.0)  # the keep-alive timeout does not apply: a head is under way
+    responses = await conn.responses(2)
+    assert [r.status for r in responses] == [200, 408]
+    assert conn.transport.closed
+
+
 async def test_silent_connection_is_closed_after_the_head_timeout(app):
     conn = Connection(app, Limits(head_timeout=5))
     conn.protocol.check_deadline(1006.0)
