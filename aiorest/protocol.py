@@ -179,7 +179,10 @@ class HttpProtocol(asyncio.Protocol):
         size = len(data)
         if self._in_head:
             self._head_bytes += size
-        elif self._receiving is None:
+        elif self._receiving is not None:
+            if self._body_since:  # a handler waits for these body bytes
+                self._body_since = self._state.now
+        else:
             # Between requests: these bytes begin the next head (its clock starts
             # here, not in an on_message_begin callback, which would cost a call
             # a request). A head that began in the bytes ending the previous
@@ -187,8 +190,6 @@ class HttpProtocol(asyncio.Protocol):
             self._in_head = True
             self._head_bytes = size
             self._head_since = self._state.now
-        if self._body_since:
-            self._body_since = self._state.now
         if size > _FEED_SLICE:
             self._feed_slices(memoryview(data))
         else:
@@ -312,11 +313,13 @@ class HttpProtocol(asyncio.Protocol):
                     method, raw_path.decode("latin-1"), raw_path, query.decode("latin-1"), "1.1",
                     self._raw_headers, self._app, self,
                 )  # fmt: skip
+                # Without Content-Length or Transfer-Encoding a request has no body
+                # (RFC 9112, 6.3): it is complete now, and on_message_complete has nothing to do.
+                request._body_done = True
                 if method != "HEAD":
                     request._plain = True
                 queue = self._queue
                 queue.append(request)
-                self._receiving = request
                 # Ready for the next head (_next_head, without the call; no framing header was sent).
                 self._url = b""
                 self._raw_headers = []
@@ -423,7 +426,9 @@ class HttpProtocol(asyncio.Protocol):
             self._pause_reading()
 
     def on_message_complete(self) -> None:
-        request: Request = self._receiving  # type: ignore[assignment]  # set by on_headers_complete
+        request = self._receiving
+        if request is None:
+            return  # a request without a body, completed by on_headers_complete
         if request._chunks is None and request._waiter is None:
             request._body_done = True  # no body, nobody waiting: skip the call
         else:
