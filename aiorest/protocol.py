@@ -64,6 +64,7 @@ _LARGE_BODY = 16 * 1024  # above this, head and body go to the socket as two buf
 _FRAMING_SIZES = frozenset({len(b"content-length"), len(b"connection"), len(b"expect"), len(b"transfer-encoding")})
 _PERCENT = ord("%")  # `int in bytes` tests one byte; `bytes in bytes` first tries an int, at a cost
 _DONE = object()  # what next() gives for a coroutine that has finished
+_new_object = object.__new__
 _FEED_SLICE = 16 * 1024  # bytes parsed at a time, so a paused connection stops promptly
 
 
@@ -309,10 +310,18 @@ class HttpProtocol(asyncio.Protocol):
             method = _METHODS.get(parser.get_method())
             if method is not None:
                 raw_path, _, query = target.partition(b"?")
-                request = Request(
-                    method, raw_path.decode("latin-1"), raw_path, query.decode("latin-1"), "1.1",
-                    self._raw_headers, self._app, self,
-                )  # fmt: skip
+                # Request.__init__'s eight attributes, set here: calling a class with a
+                # Python __init__ costs CPython 3.11 about 900 instructions more
+                # (test_protocol checks that both ways make the same request).
+                request = _new_object(Request)
+                request.method = method
+                request.path = raw_path.decode("latin-1")
+                request.raw_path = raw_path
+                request.query_string = query.decode("latin-1")
+                request.http_version = "1.1"
+                request.app = self._app
+                request._raw_headers = self._raw_headers
+                request._protocol = self
                 # Without Content-Length or Transfer-Encoding a request has no body
                 # (RFC 9112, 6.3): it is complete now, and on_message_complete has nothing to do.
                 request._body_done = True

@@ -60,6 +60,7 @@ class Request:
         app: App,
         protocol: HttpProtocol | None = None,
     ) -> None:
+        # HttpProtocol.on_headers_complete sets these same eight itself (a test checks it).
         self.method = method
         self.path = path
         self.raw_path = raw_path

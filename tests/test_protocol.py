@@ -520,6 +520,29 @@ async def test_transfer_codings_other_than_chunked_are_501(app):
     assert conn.transport.closed
 
 
+async def test_the_short_path_makes_the_same_request_as_the_constructor(app):
+    # on_headers_complete sets Request.__init__'s attributes itself, for speed: the two must agree.
+    seen: list[Request] = []
+
+    async def keep(request: Request) -> dict[str, bool]:
+        seen.append(request)
+        return {"ok": True}
+
+    app2 = App()
+    app2.add_route("GET", "/keep", keep)
+    await app2.startup()
+    conn = Connection(app2)
+    conn.feed(b"GET /keep?a=1 HTTP/1.1\r\nHost: t\r\nX-One: 1\r\n\r\n")
+    await conn.responses(1)
+    [fast] = seen
+    built = Request("GET", "/keep", b"/keep", "a=1", "1.1", fast._raw_headers, app2, conn.protocol)
+    built._body_done = fast._body_done
+    built._plain = fast._plain
+    assert vars(fast) == vars(built)
+    assert fast._raw_headers == [(b"Host", b"t"), (b"X-One", b"1")]
+    await app2.shutdown()
+
+
 async def test_head_timeout_answers_408_to_a_partial_head_and_closes(app):
     conn = Connection(app, Limits(head_timeout=5))
     conn.feed(b"GET /json HTTP/1.1\r\nHost: x")
