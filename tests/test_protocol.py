@@ -99,6 +99,14 @@ class Connection:
         raise AssertionError(f"expected {count} responses, got {self.transport.data!r}")
 
 
+async def one_route(method: str, path: str, handler, limits: Limits | None = None) -> Connection:
+    """A connection to a started app with one route."""
+    app = App()
+    app.add_route(method, path, handler)
+    await app.startup()
+    return Connection(app, limits)
+
+
 @pytest.fixture
 async def app() -> App:
     app = make_app()
@@ -381,10 +389,7 @@ async def test_body_beyond_the_buffer_pauses_reading_until_the_handler_reads(app
             received.append(len(chunk))
         return {"received": sum(received)}
 
-    app2 = App()
-    app2.add_route("POST", "/upload", slow_reader)
-    await app2.startup()
-    conn = Connection(app2, Limits(body_buffer=1000, max_body_size=100_000))
+    conn = await one_route("POST", "/upload", slow_reader, Limits(body_buffer=1000, max_body_size=100_000))
     conn.feed(b"POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n")
     for _ in range(5):
         conn.feed(b"x" * 500)
@@ -448,10 +453,7 @@ async def test_client_disconnect_mid_stream_closes_the_generator(app):
     async def stream(request: Request) -> StreamResponse:
         return StreamResponse(produce())
 
-    app2 = App()
-    app2.add_route("GET", "/stream", stream)
-    await app2.startup()
-    conn = Connection(app2)
+    conn = await one_route("GET", "/stream", stream)
     conn.feed(b"GET /stream HTTP/1.1\r\nHost: t\r\n\r\n")
     await asyncio.sleep(0.02)
     conn.protocol.connection_lost(None)
@@ -472,10 +474,7 @@ async def test_stream_waits_while_the_transport_is_paused(app):
     async def stream(request: Request) -> StreamResponse:
         return StreamResponse(produce())
 
-    app2 = App()
-    app2.add_route("GET", "/stream", stream)
-    await app2.startup()
-    conn = Connection(app2)
+    conn = await one_route("GET", "/stream", stream)
     conn.feed(b"GET /stream HTTP/1.1\r\nHost: t\r\n\r\n" + GET_JSON)
     await asyncio.sleep(0.02)
     assert produced == [0, 1]  # wrote the chunk, then waits for the socket to drain
@@ -528,19 +527,15 @@ async def test_the_short_path_makes_the_same_request_as_the_constructor(app):
         seen.append(request)
         return {"ok": True}
 
-    app2 = App()
-    app2.add_route("GET", "/keep", keep)
-    await app2.startup()
-    conn = Connection(app2)
+    conn = await one_route("GET", "/keep", keep)
     conn.feed(b"GET /keep?a=1 HTTP/1.1\r\nHost: t\r\nX-One: 1\r\n\r\n")
     await conn.responses(1)
     [fast] = seen
-    built = Request("GET", "/keep", b"/keep", "a=1", "1.1", fast._raw_headers, app2, conn.protocol)
+    built = Request("GET", "/keep", b"/keep", "a=1", "1.1", fast._raw_headers, fast.app, conn.protocol)
     built._body_done = fast._body_done
     built._plain = fast._plain
     assert vars(fast) == vars(built)
     assert fast._raw_headers == [(b"Host", b"t"), (b"X-One", b"1")]
-    await app2.shutdown()
 
 
 async def test_head_timeout_answers_408_to_a_partial_head_and_closes(app):
@@ -642,10 +637,7 @@ async def test_response_header_content_type_replaces_media_type_and_length_is_th
     async def custom(request: Request) -> Response:
         return Response(b"abc", headers={"Content-Type": "text/csv", "Content-Length": "999", "X-Id": "1"})
 
-    app2 = App()
-    app2.add_route("GET", "/custom", custom)
-    await app2.startup()
-    conn = Connection(app2)
+    conn = await one_route("GET", "/custom", custom)
     conn.feed(b"GET /custom HTTP/1.1\r\nHost: t\r\n\r\n")
     [response] = await conn.responses(1)
     assert response.header_all("content-type") == ["text/csv"]
@@ -658,10 +650,7 @@ async def test_handler_asking_to_close_gets_connection_close_on_the_fast_path(ap
         request.keep_alive = False
         return {"bye": True}
 
-    app2 = App()
-    app2.add_route("GET", "/bye", close_after)
-    await app2.startup()
-    conn = Connection(app2)
+    conn = await one_route("GET", "/bye", close_after)
     conn.feed(b"GET /bye HTTP/1.1\r\nHost: t\r\n\r\n")
     [response] = await conn.responses(1)
     assert response.header("connection") == "close" and conn.transport.closed
