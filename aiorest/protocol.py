@@ -186,11 +186,15 @@ class HttpProtocol(asyncio.Protocol):
         else:
             # Between requests: these bytes begin the next head (its clock starts
             # here, not in an on_message_begin callback, which would cost a call
-            # a request). A head that began in the bytes ending the previous
-            # request is timed from that request's answer: see check_deadline.
+            # a request), or go on with one that began in the read that ended the
+            # previous request (_url is set): that one is timed from the previous
+            # answer, here as in check_deadline, or its clock would start again.
             self._in_head = True
             self._head_bytes = size
-            self._head_since = self._state.now
+            if self._url and self._current is None and not self._queue:
+                self._head_since = self._idle_since
+            else:
+                self._head_since = self._state.now
         if size > _FEED_SLICE:
             self._feed_slices(memoryview(data))
         else:

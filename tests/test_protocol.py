@@ -576,6 +576,18 @@ async def test_a_head_begun_in_the_bytes_that_ended_a_request_is_timed_from_its_
     assert conn.transport.closed
 
 
+async def test_more_bytes_of_a_head_begun_with_the_previous_request_do_not_restart_its_clock(app):
+    conn = Connection(app, Limits(head_timeout=5, keepalive_timeout=90))
+    conn.feed(GET_JSON + b"GET /json HTTP/1.1\r\nHo")
+    await conn.responses(1)  # answered at 1000: the second head's clock starts there
+    conn.state.now = 1004.0
+    conn.feed(b"s")
+    conn.protocol.check_deadline(1006.0)
+    responses = await conn.responses(2)
+    assert [r.status for r in responses] == [200, 408]
+    assert conn.transport.closed
+
+
 async def test_silent_connection_is_closed_after_the_head_timeout(app):
     conn = Connection(app, Limits(head_timeout=5))
     conn.protocol.check_deadline(1006.0)
