@@ -34,6 +34,13 @@ def hello_app(**options: object) -> App:
     return app
 
 
+def this_task() -> asyncio.Task:
+    """The Task the calling handler runs in (handlers always run in one)."""
+    task = asyncio.current_task()
+    assert task is not None
+    return task
+
+
 # -- middleware -----------------------------------------------------------------------------------
 
 
@@ -493,8 +500,7 @@ async def test_a_timeout_that_expires_in_a_handler_is_a_timeout_error_and_the_ne
 
     @app.get("/bounded/{seconds:float}")
     async def bounded(request: Request) -> dict[str, object]:
-        task = asyncio.current_task()
-        assert task is not None
+        task = this_task()
         cancelling = task.cancelling()
         try:
             async with asyncio.timeout(request.path_params["seconds"]):
@@ -540,8 +546,7 @@ async def test_a_handler_cancelled_outright_closes_its_connection_and_the_server
 
     @app.get("/cancel-self")
     async def cancel_self(request: Request) -> dict[str, bool]:
-        task = asyncio.current_task()
-        assert task is not None
+        task = this_task()
         task.cancel()  # takes effect at the task's next wait, which never comes
         return {"answered": True}
 
@@ -585,15 +590,13 @@ async def test_a_cancel_a_finished_handler_left_behind_does_not_reach_the_next_r
 
     @app.get("/cancel-and-answer")
     async def cancel_and_answer(request: Request) -> dict[str, int]:
-        task = asyncio.current_task()
-        assert task is not None
+        task = this_task()
         task.cancel()  # then answers without waiting: the cancel ends with this request
         return {"cancelling": task.cancelling()}
 
     @app.get("/swallow")
     async def swallow(request: Request) -> dict[str, bool]:
-        task = asyncio.current_task()
-        assert task is not None
+        task = this_task()
         task.cancel()
         try:
             await asyncio.sleep(5)
@@ -603,8 +606,7 @@ async def test_a_cancel_a_finished_handler_left_behind_does_not_reach_the_next_r
 
     @app.get("/waits")
     async def waits(request: Request) -> dict[str, int]:
-        task = asyncio.current_task()
-        assert task is not None
+        task = this_task()
         cancelling = task.cancelling()
         await asyncio.sleep(0.01)
         return {"cancelling": cancelling}
