@@ -260,7 +260,9 @@ class HttpProtocol(asyncio.Protocol):
                 self._queue[-1].keep_alive = False
             self._stop_parsing()
         else:
-            self._abort_parsing(HTTPBadRequest(f"malformed request: {exc}"))
+            # Before its method is complete, the parser still reports the previous request's.
+            method_known = not isinstance(exc, httptools.HttpParserInvalidMethodError)
+            self._abort_parsing(HTTPBadRequest(f"malformed request: {exc}"), method_known)
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -292,7 +294,9 @@ class HttpProtocol(asyncio.Protocol):
                 return
             self._expect_continue = True
         elif name == b"transfer-encoding":
-            self._transfer_encoding = value
+            # Repeated lines make one list (RFC 9110, 5.3): "gzip" then "chunked" is "gzip, chunked".
+            previous = self._transfer_encoding
+            self._transfer_encoding = value if previous is None else previous + b"," + value
         else:
             return
         self._framing = True
@@ -406,10 +410,21 @@ class HttpProtocol(asyncio.Protocol):
         if http_version == "1.1" and not self._has_host:
             head_error = HTTPBadRequest("an HTTP/1.1 request needs a Host header")  # RFC 9112, 3.2
             request.keep_alive = False
-        if self._transfer_encoding is not None and self._transfer_encoding.strip().lower() != b"chunked":
-            # llhttp accepts "gzip, chunked"; we would hand the handler a still-encoded body.
-            head_error = HTTPNotImplemented("only the chunked transfer coding is supported")
-            request.keep_alive = False
+        if self._transfer_encoding is not None:
+            codings = [coding.strip().lower() for coding in self._transfer_encoding.split(b",")]
+            if codings[-1] != b"chunked":
+                # RFC 9112, 6.3: the body's length cannot be known; 400, and read no more.
+                request._head_error = HTTPBadRequest(
+                    "the last transfer coding of a request must be chunked; its body length cannot be known"
+                )
+                request.keep_alive = False
+                raise _StopParsing
+            if len(codings) > 1:
+                # llhttp accepts "gzip, chunked"; we would hand the handler a still-encoded body.
+                head_error = HTTPNotImplemented("only the chunked transfer coding is supported")
+                request.keep_alive = False
+            elif http_version == "1.0":
+                request.keep_alive = False  # RFC 9112, 6.1: its framing is suspect; close after it
         if http_version != "1.1" and http_version != "1.0":  # llhttp also takes 0.9 and 2.0
             head_error = HTTPVersionNotSupported(f"HTTP/{http_version} is not supported; this server speaks HTTP/1.1")
             request.keep_alive = False
@@ -456,7 +471,7 @@ class HttpProtocol(asyncio.Protocol):
         self._pending_data = None
         self._pause_reading()
 
-    def _abort_parsing(self, error: HTTPError) -> None:
+    def _abort_parsing(self, error: HTTPError, method_known: bool = True) -> None:
         """The bytes on the wire are broken: answer ``error`` after what is queued, then close."""
         self._stop_parsing()
         receiving = self._receiving
@@ -466,9 +481,8 @@ class HttpProtocol(asyncio.Protocol):
             receiving._finish_body(error)
             self._receiving = None
             return
-        request = Request("GET", "", b"", "", "1.1", [], self._app, self)
+        request = self._broken_request(method_known)
         request._head_error = error
-        request.keep_alive = False
         request._finish_body()
         self._queue.append(request)
 
@@ -914,11 +928,21 @@ class HttpProtocol(asyncio.Protocol):
 
     def _write_error_and_close(self, error: HTTPError) -> None:
         response = error_response(error)
-        request = Request("GET", "", b"", "", "1.1", [], self._app, self)
-        request.keep_alive = False
+        request = self._broken_request(method_known=bool(self._url))
         body = response.render(self._codec)
         self._write(request, response, body)
         self._close()
+
+    def _broken_request(self, method_known: bool) -> Request:
+        """A stand-in for a request whose head could not be parsed, to answer an error and close.
+
+        A HEAD keeps its method when the parser got that far, so that its answer has
+        no body: the client would read the body as the start of the next response.
+        """
+        method = "HEAD" if method_known and self._parser.get_method() == b"HEAD" else "GET"
+        request = Request(method, "", b"", "", "1.1", [], self._app, self)
+        request.keep_alive = False
+        return request
 
     def _close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():

@@ -511,11 +511,31 @@ async def test_missing_host_on_http11_is_400(app):
     assert conn.transport.closed
 
 
-async def test_transfer_codings_other_than_chunked_are_501(app):
+@pytest.mark.parametrize(
+    ("codings", "status"),
+    [
+        # RFC 9112, 6.3: a last coding that is not chunked leaves the body's length unknown: 400
+        (b"Transfer-Encoding: xchunked\r\n", 400),
+        (b"Transfer-Encoding: gzip\r\n", 400),
+        (b"Transfer-Encoding: identity\r\n", 400),
+        # framed by a final chunked, but with a coding we do not implement: 501
+        (b"Transfer-Encoding: gzip, chunked\r\n", 501),
+        (b"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", 501),  # the same list on two lines
+    ],
+    ids=["xchunked", "gzip", "identity", "gzip-chunked", "gzip-then-chunked-lines"],
+)
+async def test_a_transfer_coding_other_than_a_lone_chunked_is_refused_and_nothing_after_it_is_read(
+    app, codings, status
+):
     conn = Connection(app)
-    conn.feed(b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n")
+    # What follows the head is a chunked body and then a request that must not be answered.
+    conn.feed(b"POST /echo HTTP/1.1\r\nHost: t\r\n" + codings + b"\r\n5\r\nhello\r\n0\r\n\r\n" + GET_JSON)
     [response] = await conn.responses(1)
-    assert response.status == 501
+    await asyncio.sleep(0.02)
+    assert response.status == status, response.body
+    assert response.header("connection") == "close"
+    assert b'"status":%d' % status in response.body
+    assert len(parse_responses(conn.transport.data)[0]) == 1
     assert conn.transport.closed
 
 
@@ -536,6 +556,63 @@ async def test_the_short_path_makes_the_same_request_as_the_constructor(app):
     built._plain = fast._plain
     assert vars(fast) == vars(built)
     assert fast._raw_headers == [(b"Host", b"t"), (b"X-One", b"1")]
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"HEAD /json\tHTTP/1.1\r\nHost: t\r\n\r\n", 400),  # a tab in the request line
+        (b"HEAD /json HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n", 400),
+        (b"HEAD /json HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n", 400),
+        (b"HEAD /json HTTP/1.1\r\n\r\n", 400),  # no Host
+        (b"HEAD /json HTTP/1.1\r\nHost: t\r\nX: " + b"x" * 9000 + b"\r\n\r\n", 431),
+        (b"HEAD /" + b"x" * 9000 + b" HTTP/1.1\r\nHost: t\r\n\r\n", 414),
+    ],
+    ids=["tab", "bad-content-length", "te-gzip", "no-host", "header-too-large", "target-too-long"],
+)
+async def test_an_error_answer_to_a_malformed_head_request_has_no_body(app, raw, status):
+    conn = Connection(app, Limits(max_header_size=8192, max_request_line=8192))
+    conn.feed(raw)
+    [response] = await conn.responses(1, head=True)
+    assert response.status == status
+    assert int(response.header("content-length")) > 0  # the length a GET's answer would have
+    assert conn.transport.data.endswith(b"\r\n\r\n")  # and not one byte of it
+    assert conn.transport.closed
+
+
+async def test_a_chunked_http10_request_is_answered_then_the_connection_closed(app):
+    # RFC 9112, 6.1: Transfer-Encoding in HTTP/1.0 is suspect framing, even with keep-alive asked for.
+    conn = Connection(app)
+    conn.feed(
+        b"POST /echo HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n0\r\n\r\n" + GET_JSON
+    )
+    [response] = await conn.responses(1)
+    await asyncio.sleep(0.02)
+    assert response.status == 200 and response.header("connection") == "close"
+    assert len(parse_responses(conn.transport.data)[0]) == 1
+    assert conn.transport.closed
+
+
+async def test_garbage_after_a_head_request_is_answered_with_a_body(app):
+    # The parser reports the last method it completed: HEAD, from the request before.
+    conn = Connection(app)
+    conn.feed(b"HEAD /json HTTP/1.1\r\nHost: t\r\n\r\n\x01GET /json HTTP/1.1\r\n\r\n")
+    await asyncio.sleep(0.02)
+    head, rest = conn.transport.data.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200") and rest.startswith(b"HTTP/1.1 400")
+    assert rest.endswith(b"}")  # the 400 has its JSON body
+    assert conn.transport.closed
+
+
+async def test_a_partial_head_request_timed_out_gets_408_without_a_body(app):
+    conn = Connection(app, Limits(head_timeout=5))
+    conn.feed(b"HEAD /json HTTP/1.1\r\nHost: x")
+    conn.protocol.check_deadline(1006.0)
+    [response] = await conn.responses(1, head=True)
+    assert response.status == 408
+    assert conn.transport.data.endswith(b"\r\n\r\n")
+    assert conn.transport.closed
 
 
 async def test_head_timeout_answers_408_to_a_partial_head_and_closes(app):
