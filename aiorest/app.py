@@ -16,7 +16,7 @@ from .convertors import Convertor
 from .datastructures import State
 from .exceptions import ClientDisconnected, HTTPError
 from .jsoncodec import JSONCodec, get_codec
-from .response import JSONResponse, Response
+from .response import JSONResponse, Response, error_response, to_response
 from .routing import Handler, Route, RouteTable, _is_async, _RouteDecorators
 
 if TYPE_CHECKING:
@@ -219,22 +219,6 @@ class App(_RouteDecorators):
             if handler is not None:
                 return handler
         return None
-
-
-def to_response(result: Any) -> Response:
-    """What a handler returned, as a Response: dict/list → JSON 200, None → 204."""
-    if isinstance(result, Response):
-        return result
-    if isinstance(result, (dict, list)):
-        return JSONResponse(result)
-    if result is None:
-        return Response(status=204)
-    raise TypeError(f"a handler returned {type(result).__name__}; return a dict, a list, a Response or None")
-
-
-def error_response(exc: HTTPError) -> JSONResponse:
-    """The JSON response for an HTTPError."""
-    return JSONResponse(exc.to_dict(), status=exc.status, headers=exc.headers or None)
 
 
 class _Link:

@@ -32,7 +32,6 @@ from urllib.parse import unquote
 
 import httptools
 
-from .app import error_response, to_response
 from .exceptions import (
     ClientDisconnected,
     HTTPBadRequest,
@@ -47,7 +46,7 @@ from .exceptions import (
 )
 from .limits import Limits
 from .request import Request
-from .response import Response, StreamResponse
+from .response import Response, StreamResponse, error_response, to_response
 from .serverstate import ServerState
 from .wire import CONTENT_TYPE_LINES, STATUS_BYTES, STATUS_LINES, content_type_line, origin_form
 

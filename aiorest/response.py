@@ -8,9 +8,10 @@ from typing import Any
 
 from .cookies import SameSite, format_set_cookie
 from .datastructures import Headers
+from .exceptions import HTTPError
 from .jsoncodec import JSONCodec
 
-__all__ = ["Response", "JSONResponse", "StreamResponse"]
+__all__ = ["Response", "JSONResponse", "StreamResponse", "to_response", "error_response"]
 
 
 class Response:
@@ -167,3 +168,19 @@ def _with_charset(media_type: str) -> str:
         if len(_MEDIA_TYPES) < 256:  # bounded: the types come from user code
             _MEDIA_TYPES[media_type] = full
     return full
+
+
+def to_response(result: Any) -> Response:
+    """What a handler returned, as a Response: dict/list → JSON 200, None → 204."""
+    if isinstance(result, Response):
+        return result
+    if isinstance(result, (dict, list)):
+        return JSONResponse(result)
+    if result is None:
+        return Response(status=204)
+    raise TypeError(f"a handler returned {type(result).__name__}; return a dict, a list, a Response or None")
+
+
+def error_response(exc: HTTPError) -> JSONResponse:
+    """The JSON response for an HTTPError."""
+    return JSONResponse(exc.to_dict(), status=exc.status, headers=exc.headers or None)
