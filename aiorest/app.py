@@ -8,7 +8,7 @@ turns what it returns into a response.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -20,8 +20,8 @@ from .response import JSONResponse, Response, error_response, to_response
 from .routing import Handler, Route, RouteTable, _is_async, _RouteDecorators
 
 if TYPE_CHECKING:
+    from .limits import Limits
     from .request import Request
-    from .server import Limits
 
 __all__ = ["App", "Middleware", "Hook", "ExceptionHandler", "Lifespan"]
 
@@ -73,7 +73,7 @@ class App(_RouteDecorators):
         self._routing_error_endpoint: Handler = _raise_routing_error
         self._options_endpoint: Handler = _answer_options
         # path → method → endpoint of the routes without parameters, built at startup:
-        # the server routes most requests by two lookups in it, and calls _begin
+        # the server routes most requests by two lookups in it, and calls begin
         # only for the others (parameters, HEAD, OPTIONS, 404, 405)
         self._static_endpoints: dict[str, dict[str, Handler]] = {}
         self._started = False
@@ -179,7 +179,16 @@ class App(_RouteDecorators):
 
     # -- per request (called by the server) ------------------------------------
 
-    def _begin(self, request: Request) -> Awaitable[Any]:
+    # What the server needs of the app (the interface ServedApp in driving.py):
+    # the routes without parameters for its first lookup, a way to start any
+    # other request's endpoint, and the answer to an exception.
+
+    @property
+    def static_endpoints(self) -> Mapping[str, Mapping[str, Callable[[Request], Awaitable[Any]]]]:
+        """Path → method → endpoint of the routes without parameters (built at startup)."""
+        return self._static_endpoints
+
+    def begin(self, request: Request) -> Awaitable[Any]:
         """Route ``request`` and start its endpoint; routing errors raise HTTPError."""
         try:
             route, params, allow = self.router.resolve(request.method, request.path)
@@ -194,7 +203,7 @@ class App(_RouteDecorators):
             return self._options_endpoint(request)
         return route.endpoint(request)
 
-    async def _handle_exception(self, request: Request, exc: BaseException) -> Response:
+    async def handle_exception(self, request: Request, exc: BaseException) -> Response:
         """The response for an exception a handler raised; never raises."""
         handler = self._find_exception_handler(type(exc))
         if handler is not None:

@@ -10,18 +10,43 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
 from .cookies import parse_cookie
 from .datastructures import Headers, MultiDict, State
 from .exceptions import ClientDisconnected, HTTPBadRequest, HTTPError, HTTPUnsupportedMediaType
+from .jsoncodec import JSONCodec
 
-if TYPE_CHECKING:
-    from .app import App
-    from .protocol import HttpProtocol
+__all__ = ["Request", "AppInterface", "BodySource"]
 
-__all__ = ["Request"]
+
+class AppInterface(Protocol):
+    """The app as ``request.app`` shows it to a handler: an :class:`App`.
+
+    Typed by what a request needs of it, so that the request does not depend on
+    the app's module (the app sits above it).
+    """
+
+    state: State
+    json: JSONCodec
+
+    def url_for(self, name: str, /, **params: Any) -> str: ...
+
+
+class BodySource(Protocol):
+    """What the connection gives a request: the peer, and a way to pull body bytes."""
+
+    peername: Any
+
+    def body_consumed(self, size: int) -> None:
+        """A handler took ``size`` bytes out of the request's buffer (flow control)."""
+
+    def body_wait(self) -> None:
+        """A handler waits for body bytes (the body deadline runs)."""
+
+    def send_continue(self) -> None:
+        """Send ``100 Continue`` to a client that asked for it."""
 
 
 class Request:
@@ -57,8 +82,8 @@ class Request:
         query_string: str,
         http_version: str,
         raw_headers: list[tuple[bytes, bytes]],
-        app: App,
-        protocol: HttpProtocol | None = None,
+        app: AppInterface,
+        protocol: BodySource | None = None,
     ) -> None:
         # HttpProtocol.on_headers_complete sets these same eight itself (a test checks it).
         self.method = method

@@ -5,19 +5,29 @@ from __future__ import annotations
 import asyncio
 import time
 from email.utils import formatdate
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .protocol import HttpProtocol
+__all__ = ["ServerState", "Connection"]
 
-__all__ = ["ServerState"]
+
+class Connection(Protocol):
+    """A connection as the server and its shared state see it (HttpProtocol is one)."""
+
+    @property
+    def transport(self) -> asyncio.Transport | None: ...
+
+    def check_deadline(self, now: float) -> None:
+        """Close or time out the connection if it is past its deadline."""
+
+    def shutdown(self) -> None:
+        """Close when idle: now, or after the response in flight."""
 
 
 class ServerState:
     """What the connections of one server share: the clock, the Server/Date lines, the set."""
 
     def __init__(self, server_header: str | None = "aiorest") -> None:
-        self.connections: set[HttpProtocol] = set()
+        self.connections: set[Connection] = set()
         self._server_line = f"Server: {server_header}\r\n" if server_header else ""
         self.header_lines = ""
         self.header_bytes = b""

@@ -1,0 +1,184 @@
+"""Response writing: the head, a body by its framing, and the answer to a broken request.
+
+The connection decides *whether* a response may keep the connection open and
+hands this module the ``Connection`` line to send; this module turns a
+Response into bytes on a transport, the way h11's writers do: a head, then a
+body framed by ``Content-Length``, by chunked encoding, or (a streamed HTTP/1.0
+body) by the end of the connection. Every value in a head was checked when the
+handler set it (see Response and Headers); nothing is validated here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .exceptions import ClientDisconnected, HTTPError
+from .jsoncodec import JSONCodec
+from .response import Response, StreamResponse, error_response
+from .serverstate import ServerState
+from .wire import CONTENT_TYPE_LINES, STATUS_BYTES, STATUS_LINES, content_type_line
+
+__all__ = ["CLOSE", "KEEP_ALIVE", "short_answer", "response_head", "write_response", "write_stream", "write_error"]
+
+logger = logging.getLogger("aiorest.error")
+
+CLOSE = "Connection: close\r\n"
+KEEP_ALIVE = "Connection: keep-alive\r\n"  # for an HTTP/1.0 client that asked to keep alive
+_NO_BODY_STATUSES = frozenset({204, 304})
+_LARGE_BODY = 16 * 1024  # above this, head and body go to the socket as two buffers
+
+
+def short_answer(result: Any, state: ServerState, dumps: Callable[[Any], bytes]) -> bytes | None:
+    """The whole message for a common answer on a kept-alive HTTP/1.1 connection, else None.
+
+    A dict or a list (JSON, 200), or a plain Response with a small bytes body and
+    no headers of its own: one formatted write, no list of lines. Anything else,
+    and a result the codec cannot encode, goes the general way (``write_response``).
+    """
+    result_type = type(result)
+    if result_type is dict or result_type is list:
+        try:
+            payload = dumps(result)
+        except Exception:
+            return None  # the general path logs it and answers 500
+        return b"%sContent-Length: %d\r\n\r\n%s" % (state.json_prefix, len(payload), payload)
+    if result_type is Response and result._headers is None:
+        content = result.body
+        content_type = CONTENT_TYPE_LINES.get(result.media_type) or content_type_line(result.media_type)
+        status_line = STATUS_BYTES.get(result.status)
+        if type(content) is bytes and len(content) <= _LARGE_BODY and content_type is not None and status_line:
+            return b"%s%s%sContent-Length: %d\r\n\r\n%s" % (
+                status_line,
+                state.header_bytes,
+                content_type,
+                len(content),
+                content,
+            )
+    return None
+
+
+def response_head(response: Response, length: int | None, chunked: bool, header_lines: str, connection: str) -> bytes:
+    """The head of ``response``: ``length`` None means a streamed body, chunked if ``chunked``.
+
+    ``header_lines`` are the server's own (Server, Date); ``connection`` is the
+    Connection line, or "". Raises UnicodeEncodeError for a header that is not latin-1.
+    """
+    status = response.status
+    content_type = response.media_type
+    extra = []
+    if response._headers is not None:
+        for name, value in response._headers.items():
+            lname = name.lower()
+            if lname == "content-type":
+                content_type = value
+            elif lname not in ("content-length", "transfer-encoding"):  # the server frames the body
+                extra.append(f"{name}: {value}\r\n")
+    lines = [STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n", header_lines]
+    if status not in _NO_BODY_STATUSES and status >= 200:
+        lines.append(f"Content-Type: {content_type}\r\n")
+        if length is not None:
+            lines.append(f"Content-Length: {length}\r\n")
+        elif chunked:
+            lines.append("Transfer-Encoding: chunked\r\n")
+    lines.extend(extra)
+    lines.append(connection)
+    lines.append("\r\n")
+    return "".join(lines).encode("latin-1")
+
+
+def write_response(
+    transport: asyncio.WriteTransport,
+    response: Response,
+    body: bytes | bytearray | memoryview,
+    codec: JSONCodec,
+    *,
+    head_request: bool,
+    header_lines: str,
+    connection: str,
+) -> None:
+    """Write a response whose body is in memory: a head with its Content-Length, then the body."""
+    try:
+        head = response_head(response, len(body), False, header_lines, connection)
+    except UnicodeEncodeError as exc:
+        logger.error("response header is not latin-1: %s", exc)
+        response = error_response(HTTPError())
+        body = response.render(codec)
+        head = response_head(response, len(body), False, header_lines, connection)
+    if head_request or response.status in _NO_BODY_STATUSES:
+        transport.write(head)
+    elif len(body) > _LARGE_BODY:
+        transport.write(head)  # not writelines(): see write_stream
+        transport.write(body)
+    else:
+        transport.write(head + body)
+
+
+def write_error(
+    transport: asyncio.WriteTransport, error: HTTPError, codec: JSONCodec, *, head_request: bool, header_lines: str
+) -> None:
+    """Answer ``error`` to a request that cannot be served, before the connection closes."""
+    response = error_response(error)
+    write_response(
+        transport,
+        response,
+        response.render(codec),
+        codec,
+        head_request=head_request,
+        header_lines=header_lines,
+        connection=CLOSE,
+    )
+
+
+async def write_stream(
+    transport: asyncio.WriteTransport,
+    response: StreamResponse,
+    drain: Callable[[], Awaitable[None]],
+    *,
+    chunked: bool,
+    head_request: bool,
+    header_lines: str,
+    connection: str,
+) -> bool:
+    """Send a StreamResponse: its head, then each chunk once ``drain`` says the socket took the last.
+
+    Returns False when the client went away before the end: the connection must
+    close. An exception from the content propagates, the body cut short: abort
+    the transport, so that the client sees it incomplete. Without ``chunked``
+    the body ends with the connection.
+    """
+    content = response.content
+    try:
+        transport.write(response_head(response, None, chunked, header_lines, connection))
+        if not head_request:
+            async for chunk in content:
+                if isinstance(chunk, str):
+                    chunk = chunk.encode()
+                if not chunk:
+                    continue
+                if transport.is_closing():
+                    raise ClientDisconnected("the client closed the connection")
+                if not chunked:
+                    transport.write(chunk)
+                elif len(chunk) <= _LARGE_BODY:
+                    transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                else:
+                    # Not writelines(): on Python 3.12.0-3.12.8 and 3.13.0-3.13.1
+                    # the selector transport's writelines never pauses the
+                    # protocol (CPython gh-127655), so drain() would never wait
+                    # and a slow client's buffer would grow without bound.
+                    transport.write(b"%x\r\n" % len(chunk))
+                    transport.write(chunk)
+                    transport.write(b"\r\n")
+                await drain()
+            if chunked and not transport.is_closing():
+                transport.write(b"0\r\n\r\n")
+        return True
+    except ClientDisconnected:
+        return False
+    finally:
+        aclose = getattr(content, "aclose", None)
+        if aclose is not None:
+            await aclose()
