@@ -3,7 +3,12 @@
 Each applied version is recorded with the SHA-256 of its file. Each migration
 runs in its own transaction. A PostgreSQL advisory lock serialises runners, so
 several workers starting at once apply each migration exactly once. A file
-changed after it was applied is an error, never silently skipped.
+changed after it was applied is an error, never silently skipped — unless the
+new text names the checksum of the text that was applied in a leading comment,
+``-- aiorest:supersedes <sha256>``: its author vouches that the new text, run
+where the old one ran, would change nothing, so a database that recorded the
+old text counts it as applied (and keeps that record). Only the named texts are
+accepted; any other change is still an error.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from .db import Database, Transaction
 __all__ = ["Migration", "MigrationError", "load_migrations", "migrate", "migration_status"]
 
 _FILE_RE = re.compile(r"^(\d+)_([\w\-]+)\.sql$")
+_SUPERSEDES_RE = re.compile(r"--\s*aiorest:supersedes\b(.*)")
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _LOCK_KEY = 0x6169_6F72_6573_74  # "aiorest": one advisory lock for every runner
 
 _CREATE_TABLE = """
@@ -40,10 +47,37 @@ class Migration:
     name: str
     path: Path
     sql: str
+    supersedes: frozenset[str] = frozenset()  # checksums of earlier texts this one replaces
 
     @property
     def checksum(self) -> str:
         return hashlib.sha256(self.sql.encode()).hexdigest()
+
+    def matches(self, recorded: str) -> bool:
+        """Whether ``recorded``, a checksum in aiorest_migrations, is this text or one it supersedes."""
+        return recorded == self.checksum or recorded in self.supersedes
+
+
+def _superseded(file_name: str, sql: str) -> frozenset[str]:
+    """The checksums named by ``-- aiorest:supersedes`` in the comment lines that open ``sql``."""
+    checksums: set[str] = set()
+    for line in sql.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if not line.startswith("--"):
+            break
+        match = _SUPERSEDES_RE.match(line)
+        if match is None:
+            continue
+        named = match.group(1).split()
+        if not named or not all(_SHA256_RE.fullmatch(checksum) for checksum in named):
+            raise MigrationError(
+                f"{file_name}: '-- aiorest:supersedes' takes the SHA-256 of the replaced text, "
+                f"64 lowercase hex digits (sha256sum prints it), got {line!r}"
+            )
+        checksums.update(named)
+    return frozenset(checksums)
 
 
 def load_migrations(directory: str | Path) -> list[Migration]:
@@ -61,7 +95,8 @@ def load_migrations(directory: str | Path) -> list[Migration]:
         version = int(match.group(1))
         if version in migrations:
             raise MigrationError(f"{path.name}: version {version} is also {migrations[version].path.name}")
-        migrations[version] = Migration(version, match.group(2), path, path.read_text(encoding="utf-8"))
+        sql = path.read_text(encoding="utf-8")
+        migrations[version] = Migration(version, match.group(2), path, sql, _superseded(path.name, sql))
     return [migrations[v] for v in sorted(migrations)]
 
 
@@ -74,10 +109,11 @@ async def _applied(conn: Transaction) -> dict[int, str]:
 def _check_edited(migrations: list[Migration], applied: dict[int, str]) -> None:
     for migration in migrations:
         recorded = applied.get(migration.version)
-        if recorded is not None and recorded != migration.checksum:
+        if recorded is not None and not migration.matches(recorded):
             raise MigrationError(
-                f"{migration.path.name} was changed after it was applied; "
-                "add a new migration instead of editing an applied one"
+                f"{migration.path.name} was changed after it was applied; add a new migration "
+                "instead of editing an applied one, or, if the new text changes nothing where the "
+                f"old one ran, name the old text with '-- aiorest:supersedes {recorded}'"
             )
 
 
@@ -113,6 +149,6 @@ async def migration_status(db: Database, directory: str | Path) -> list[tuple[Mi
     status = []
     for migration in migrations:
         recorded = applied.get(migration.version)
-        state = "pending" if recorded is None else "applied" if recorded == migration.checksum else "edited"
+        state = "pending" if recorded is None else "applied" if migration.matches(recorded) else "edited"
         status.append((migration, state))
     return status

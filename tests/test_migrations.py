@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +115,51 @@ def test_cli_migrate_and_status(database_url, folder):
     write(folder, "0001_things.sql", "CREATE TABLE things (id bigint PRIMARY KEY);")
     refused = run()
     assert refused.returncode == 1 and "changed after it was applied" in refused.stderr
+
+
+def checksum(sql: str) -> str:
+    return hashlib.sha256(sql.encode()).hexdigest()
+
+
+async def test_a_rewrite_naming_the_applied_text_counts_as_applied(database_url, folder):
+    db = await open_db(database_url)
+    try:
+        await migrate(db, folder)
+        applied = (folder / "0002_seed.sql").read_text(encoding="utf-8")
+        write(
+            folder,
+            "0002_seed.sql",
+            f"-- Seeds only the missing rows.\n-- aiorest:supersedes {checksum('an older text')}\n"
+            f"--   aiorest:supersedes   {checksum(applied)}\n\n"
+            "INSERT INTO things SELECT x FROM generate_series(1, 2) AS x ON CONFLICT DO NOTHING;",
+        )
+        assert await migrate(db, folder) == []  # not run again: the database ran a text it names
+        assert [state for _, state in await migration_status(db, folder)] == ["applied", "applied"]
+        assert await db.fetchval("SELECT checksum FROM aiorest_migrations WHERE version = 2") == checksum(applied)
+        assert await db.fetchval("SELECT count(*) FROM things") == 2
+    finally:
+        await db.close()
+
+
+async def test_a_rewrite_naming_another_text_is_still_refused(database_url, folder):
+    db = await open_db(database_url)
+    try:
+        await migrate(db, folder)
+        applied = checksum((folder / "0001_things.sql").read_text(encoding="utf-8"))
+        write(folder, "0001_things.sql", f"-- aiorest:supersedes {checksum('another text')}\nSELECT 1;")
+        with pytest.raises(MigrationError, match=f"0001_things.sql was changed.*supersedes {applied}"):
+            await migrate(db, folder)
+        # Only the comment lines that open the file name superseded texts.
+        write(folder, "0001_things.sql", f"SELECT 1;\n-- aiorest:supersedes {applied}\n")
+        with pytest.raises(MigrationError, match="0001_things.sql was changed"):
+            await migrate(db, folder)
+        assert [state for _, state in await migration_status(db, folder)] == ["edited", "applied"]
+    finally:
+        await db.close()
+
+
+@pytest.mark.parametrize("named", ["", "E4F2", "e4f2" * 16 + ",", "sha256:" + "e4f2" * 16])
+def test_a_supersedes_line_needs_sha256_checksums(folder, named):
+    write(folder, "0003_more.sql", f"-- aiorest:supersedes {named}\nSELECT 1;")
+    with pytest.raises(MigrationError, match="0003_more.sql: '-- aiorest:supersedes' takes the SHA-256"):
+        load_migrations(folder)

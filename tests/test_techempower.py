@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import subprocess
+import uuid
 from collections import Counter
+from collections.abc import Iterator
 from html import unescape
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
+import psycopg2
 import pytest
 
 import aiorest.db
 from aiorest.db import Database
+from aiorest.migrations import load_migrations, migrate, migration_status
 from example_app import create_app
+from example_app.app import MIGRATIONS
 
 FORTUNE_HEAD = (
     "<!DOCTYPE html><html><head><title>Fortunes</title></head><body><table><tr><th>id</th><th>message</th></tr>"
@@ -142,5 +151,208 @@ async def test_the_seed_data_is_tfb_s(client):
         assert await db.fetchval("SELECT count(*) FROM world WHERE randomnumber NOT BETWEEN 1 AND 10000") == 0
         assert await db.fetchval("SELECT count(*) FROM fortune") == 12
         assert await db.fetchval("SELECT message FROM fortune WHERE id = 12") == "フレームワークのベンチマーク"
+    finally:
+        await db.close()
+
+
+# TechEmpower's database image (toolset/databases/postgres/ in TechEmpower/FrameworkBenchmarks)
+# runs create-postgres-database.sql as postgres, then create-postgres.sql in the new database.
+TFB_FORTUNES = (
+    "fortune: No such file or directory",
+    "A computer scientist is someone who fixes things that aren't broken.",
+    "After enough decimal places, nobody gives a damn.",
+    "A bad random number generator: 1, 1, 1, 1, 1, 4.33e+67, 1, 1, 1",
+    "A computer program does what you tell it to do, not what you want it to do.",
+    "Emacs is a nice operating system, but I prefer UNIX. — Tom Christaensen",
+    "Any program that runs right is obsolete.",
+    "A list is only as strong as its weakest link. — Donald Knuth",
+    "Feature: A bug with seniority.",
+    "Computers make very fast, very accurate mistakes.",
+    '<script>alert("This should not be displayed in a browser alert box.");</script>',
+    "フレームワークのベンチマーク",
+)
+
+
+def tfb_create_postgres_sql(*, stat_statements: bool) -> str:
+    """create-postgres.sql, statement for statement: World and Fortune, unquoted and then quoted.
+
+    ``stat_statements``: whether the server has the pg_stat_statements extension
+    (the embedded PostgreSQL has not; TFB's image has).
+    """
+    statements = ["BEGIN;"]
+    if stat_statements:
+        statements.append("CREATE EXTENSION IF NOT EXISTS pg_stat_statements;")
+    for world, fortune in (("World", "Fortune"), ('"World"', '"Fortune"')):
+        statements += [
+            f"CREATE TABLE  {world} (id integer NOT NULL, randomNumber integer NOT NULL default 0, PRIMARY KEY  (id));",
+            f"GRANT ALL PRIVILEGES ON {world} to benchmarkdbuser;",
+            f"INSERT INTO {world} (id, randomnumber) "
+            "SELECT x.id, least(floor(random() * 10000 + 1), 10000) FROM generate_series(1,10000) as x(id);",
+            f"CREATE TABLE {fortune} (id integer NOT NULL, message varchar(2048) NOT NULL, PRIMARY KEY  (id));",
+            f"GRANT ALL PRIVILEGES ON {fortune} to benchmarkdbuser;",
+        ]
+        for id_, message in enumerate(TFB_FORTUNES, 1):
+            quoted = message.replace("'", "''")
+            statements.append(f"INSERT INTO {fortune} (id, message) VALUES ({id_}, '{quoted}');")
+    statements.append("COMMIT;")
+    return "\n".join(statements)
+
+
+@pytest.fixture
+def tfb_database_url(pg_server: str) -> Iterator[str]:
+    """A database made the way TechEmpower's image makes hello_world; the URL logs in as benchmarkdbuser.
+
+    Where it differs: the database gets a name of its own, so that it never meets
+    a real hello_world on $DATABASE_URL's server; the role is created only if the
+    server lacks it (and then dropped afterwards); pg_stat_statements only where
+    the server has it.
+    """
+    name = f"hello_world_{uuid.uuid4().hex[:12]}"
+    admin = psycopg2.connect(pg_server)
+    admin.autocommit = True
+    created_role = False
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = 'benchmarkdbuser'")
+            if cursor.fetchone() is None:
+                cursor.execute("CREATE USER benchmarkdbuser WITH PASSWORD 'benchmarkdbpass'")
+                cursor.execute("ALTER USER benchmarkdbuser WITH SUPERUSER")
+                created_role = True
+            cursor.execute(f"CREATE DATABASE {name} WITH TEMPLATE = template0 ENCODING 'UTF8'")
+            cursor.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'pg_stat_statements'")
+            stat_statements = cursor.fetchone() is not None
+        parts = urlsplit(pg_server)
+        tfb = psycopg2.connect(urlunsplit(parts._replace(path="/" + name)))
+        tfb.autocommit = True  # the script has its own BEGIN and COMMIT, as psql runs it
+        try:
+            with tfb.cursor() as cursor:
+                cursor.execute(tfb_create_postgres_sql(stat_statements=stat_statements))
+        finally:
+            tfb.close()
+        host = parts.netloc.rpartition("@")[2]
+        yield urlunsplit(parts._replace(netloc=f"benchmarkdbuser:benchmarkdbpass@{host}", path="/" + name))
+        with admin.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
+            cursor.execute(f"DROP DATABASE IF EXISTS {name}")
+            if created_role:
+                cursor.execute("DROP ROLE benchmarkdbuser")
+    finally:
+        admin.close()
+
+
+async def test_the_app_adopts_techempower_s_own_database(aiorest_client, tfb_database_url):
+    # Two instances start at once, as workers do; each migrates in its startup hook.
+    clients = await asyncio.gather(
+        *(aiorest_client(create_app(Database(tfb_database_url, min_size=1, max_size=4))) for _ in range(2))
+    )
+    db = Database(tfb_database_url, min_size=1, max_size=1)
+    await db.open()
+    try:
+        stored = dict(await db.fetchrows("SELECT id, randomnumber FROM world"))
+        for client in clients:
+            async with client.get("/db") as response:
+                row = await response.json()
+            assert stored[row["id"]] == row["randomNumber"]
+            async with client.get("/queries?queries=20") as response:
+                rows = await response.json()
+            assert len(rows) == 20 and all(stored[row["id"]] == row["randomNumber"] for row in rows)
+            async with client.get("/fortunes") as response:
+                html = await response.text()
+            cells = [row.removeprefix("<tr><td>").split("</td><td>") for row in html.split("</tr>")[1:-1]]
+            served = [(int(id_), unescape(message.removesuffix("</td>"))) for id_, message in cells]
+            expected = [*enumerate(TFB_FORTUNES, 1), (0, "Additional fortune added at request time.")]
+            assert served == sorted(expected, key=lambda row: row[1])
+            async with client.get("/updates?queries=20") as response:
+                updated = await response.json()
+            stored = dict(await db.fetchrows("SELECT id, randomnumber FROM world"))
+            assert len(updated) == 20 and all(stored[row["id"]] == row["randomNumber"] for row in updated)
+
+        assert await db.fetchrows("SELECT count(*), min(id), max(id) FROM world") == [(10000, 1, 10000)]
+        assert await db.fetchrows("SELECT id, message FROM fortune ORDER BY id") == list(enumerate(TFB_FORTUNES, 1))
+        assert await db.fetchval('SELECT count(*) FROM "World"') == 10000
+        assert await db.fetchval('SELECT count(*) FROM "Fortune"') == 12
+        assert [state for _, state in await migration_status(db, MIGRATIONS)] == ["applied", "applied"]
+        recorded = await db.fetchrows("SELECT version, checksum FROM aiorest_migrations ORDER BY version")
+        assert recorded == [(m.version, m.checksum) for m in load_migrations(MIGRATIONS)]
+    finally:
+        await db.close()
+
+
+WORLD_TABLE = "CREATE TABLE world (id integer PRIMARY KEY, randomnumber integer NOT NULL DEFAULT 0);"
+FORTUNE_TABLE = "CREATE TABLE fortune (id integer PRIMARY KEY, message varchar(2048) NOT NULL);"
+
+
+@pytest.mark.parametrize(
+    ("before", "kept_worlds", "kept_fortunes"),
+    [
+        pytest.param(WORLD_TABLE + FORTUNE_TABLE, 0, {}, id="both-empty"),
+        pytest.param(
+            WORLD_TABLE + "INSERT INTO world SELECT x, 7 FROM generate_series(1, 4000) AS x;",
+            4000,
+            {},
+            id="world-partly-filled-no-fortune",
+        ),
+        pytest.param(
+            FORTUNE_TABLE + "INSERT INTO fortune VALUES (3, 'mine'), (40, 'also mine');",
+            0,
+            {3: "mine", 40: "also mine"},
+            id="fortune-partly-filled-no-world",
+        ),
+        pytest.param(
+            WORLD_TABLE + "INSERT INTO world SELECT x, 7 FROM generate_series(1, 10000) AS x;",
+            10000,
+            {},
+            id="world-full-no-fortune",
+        ),
+    ],
+)
+async def test_migrations_fill_in_only_what_is_missing(database_url, before, kept_worlds, kept_fortunes):
+    db = Database(database_url, min_size=1, max_size=4)
+    await db.open()
+    try:
+        async with db.connection() as conn:
+            await conn.execute_script(before)
+        # Workers starting at once; every run ends before the test looks.
+        results = await asyncio.gather(*(migrate(db, MIGRATIONS) for _ in range(3)), return_exceptions=True)
+        assert sorted(len(applied) for applied in results) == [0, 0, 2], results
+        assert await db.fetchrows("SELECT count(*), min(id), max(id) FROM world") == [(10000, 1, 10000)]
+        assert await db.fetchval("SELECT count(*) FROM world WHERE id <= %s AND randomnumber <> 7", (kept_worlds,)) == 0
+        assert await db.fetchval("SELECT count(*) FROM world WHERE randomnumber NOT BETWEEN 1 AND 10000") == 0
+        fortunes = dict(await db.fetchrows("SELECT id, message FROM fortune"))
+        assert fortunes == {**dict(enumerate(TFB_FORTUNES, 1)), **kept_fortunes}
+    finally:
+        await db.close()
+
+
+FIRST_0002_COMMIT = "ee07db5aad1daa5d4d96064bc6cdb31f784f421c"  # migrations/0002's first text
+
+
+async def test_a_database_migrated_by_the_first_0002_still_migrates(database_url, tmp_path):
+    root = Path(__file__).resolve().parent.parent
+    shown = subprocess.run(
+        ["git", "show", f"{FIRST_0002_COMMIT}:migrations/0002_techempower.sql"],
+        cwd=root,
+        capture_output=True,
+    )
+    if shown.returncode != 0:
+        pytest.skip(f"needs the git history of {root}: {shown.stderr.decode(errors='replace').strip()}")
+    first = shown.stdout.decode("utf-8")
+    (tmp_path / "0001_notes.sql").write_text((MIGRATIONS / "0001_notes.sql").read_text(encoding="utf-8"))
+    (tmp_path / "0002_techempower.sql").write_text(first, encoding="utf-8")
+    db = Database(database_url, min_size=1, max_size=1)
+    await db.open()
+    try:
+        await migrate(db, tmp_path)  # a deployment of the example app before 0002 was rewritten
+        numbers = await db.fetchrows("SELECT id, randomnumber FROM world ORDER BY id")
+        assert await migrate(db, MIGRATIONS) == []
+        assert [state for _, state in await migration_status(db, MIGRATIONS)] == ["applied", "applied"]
+        assert await db.fetchval("SELECT checksum FROM aiorest_migrations WHERE version = 2") == (
+            hashlib.sha256(first.encode()).hexdigest()
+        )
+        assert await db.fetchrows("SELECT id, randomnumber FROM world ORDER BY id") == numbers
+        assert await db.fetchval("SELECT count(*) FROM fortune") == 12
     finally:
         await db.close()
