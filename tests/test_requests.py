@@ -288,6 +288,96 @@ async def test_bad_json_body_is_400_with_an_error_body(aiorest_client, body_app,
     assert set(body["error"]) == {"status", "message", "details"}
 
 
+def post(path: str, body: bytes, *headers: str) -> bytes:
+    """A POST request on HTTP/1.1 with a Content-Length body, with extra header lines."""
+    extra = "".join(f"{header}\r\n" for header in headers)
+    return f"POST {path} HTTP/1.1\r\nHost: t\r\n{extra}Content-Length: {len(body)}\r\n\r\n".encode() + body
+
+
+def echo_app(codec: str) -> App:
+    app = App(json=codec)
+
+    @app.post("/echo")
+    async def echo(request: Request) -> dict[str, object]:
+        return {"received": await request.json()}
+
+    return app
+
+
+CODECS = ["ujson", "orjson", "json"]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"1e999",
+        b'{"a": [-1E+400]}',
+        b"1e0400",
+        b"[" + b"9" * 310 + b".5]",
+        b"NaN",
+        b'{"a": Infinity}',
+        b"[-Infinity]",
+        b'"\\ud800"',
+        b'"\\udc00"',
+        b'"\\uD800 and then"',
+        b'"\\ud800\\u0041"',
+        b'{"\\ud83d": 1}',
+    ],
+    ids=[
+        "overflow",
+        "overflow-upper-plus",
+        "overflow-zero-padded",
+        "overflow-mantissa",
+        "nan",
+        "infinity",
+        "minus-infinity",
+        "lone-high",
+        "lone-low",
+        "high-then-text",
+        "high-then-not-low",
+        "lone-high-key",
+    ],
+)
+async def test_json_no_codec_could_send_back_is_400(aiorest_client, codec, data):
+    # Before the check, ujson and json handed these to the handler, whose echo was a 500.
+    client = await aiorest_client(echo_app(codec))
+    [response] = await fetch(client.port, post("/echo", data, "Content-Type: application/json"))
+    assert response.status == 400
+    error = json.loads(response.body)["error"]
+    assert error["status"] == 400 and error["details"] is None
+    assert error["message"].startswith("request body is not valid JSON: ")
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize(
+    ("data", "value"),
+    [
+        (b'"\\ud83d\\ude00"', "😀"),
+        (b'{"\\uD83D\\uDE00": "\\udbff\\udfff"}', {"😀": "\U0010ffff"}),
+        (b'["NaN", "Infinity", "\\\\ud800", "e999"]', ["NaN", "Infinity", "\\ud800", "e999"]),
+        (b"[1e308, -1.5E+300, 1e-999, 0.0e0999]", [1e308, -1.5e300, 0.0, 0.0]),
+        (b"[" + b"9" * 200 + b".5e99]", [float("9" * 200 + ".5e99")]),
+    ],
+    ids=["surrogate-pair", "pairs-upper-case", "lookalikes-in-strings", "finite-exponents", "long-finite-mantissa"],
+)
+async def test_json_that_only_looks_unsendable_is_accepted(aiorest_client, codec, data, value):
+    client = await aiorest_client(echo_app(codec))
+    [response] = await fetch(client.port, post("/echo", data))
+    assert response.status == 200
+    assert json.loads(response.body) == {"received": value}
+
+
+@pytest.mark.parametrize("codec", CODECS)
+async def test_json_nested_past_the_codecs_depth_is_400(aiorest_client, codec):
+    # The standard library raised RecursionError here, which was a 500.
+    client = await aiorest_client(echo_app(codec))
+    data = b"[" * 5000 + b"]" * 5000
+    [response] = await fetch(client.port, post("/echo", data))
+    assert response.status == 400
+    assert json.loads(response.body)["error"]["message"].startswith("request body is not valid JSON: ")
+
+
 async def test_json_with_another_content_type_is_415(aiorest_client, body_app):
     client = await aiorest_client(body_app)
     async with client.post("/json", data=b'{"a": 1}', headers={"Content-Type": "text/plain"}) as response:
