@@ -107,12 +107,45 @@ def _expected_versions(request: Request, data: Any) -> list[int] | Literal["*"] 
 
 
 def _version_condition(expected: list[int] | Literal["*"]) -> tuple[str, tuple[Any, ...]]:
-    """The SQL that restricts a write to the expected versions, and its parameters."""
+    """The SQL that tells whether ``found``, the note's version, is expected, and its parameters."""
     if expected == "*":
-        return "", ()
+        return "true", ()
+    if not expected:  # an empty list matches no version
+        return "false", ()
     if len(expected) == 1:
-        return " AND version = %s", (expected[0],)
-    return " AND version = ANY(%s)", (expected,)
+        return "found = %s", (expected[0],)
+    return "found = ANY(%s)", (expected,)
+
+
+async def _write_if_expected(
+    request: Request, note_id: int, expected: list[int] | Literal["*"], write: str, params: tuple[Any, ...]
+) -> dict[str, Any]:
+    """Run ``write`` (an UPDATE ... FROM or DELETE ... USING ``locked``) if the note has an expected version.
+
+    Returns the written row; 404 if there is no such note, 412 with its version
+    if that is not one of ``expected``.
+    """
+    # The write and its answer come from one statement, so both describe one moment.
+    # The first CTE locks the note: under READ COMMITTED, FOR UPDATE waits for a
+    # concurrent write to commit, then reads the row as that write left it (nothing,
+    # if it deleted the row). The second writes the locked row only if the version
+    # found is expected; the SELECT returns that version beside the written row
+    # (NULLs if nothing was written). A write, then a second query to tell 404 from
+    # 412, let another write slip in between: a 412 could report the very version
+    # the request named.
+    condition, versions = _version_condition(expected)
+    row = await _db(request).fetchone(
+        "WITH locked AS MATERIALIZED (SELECT id AS locked_id, version AS found FROM notes WHERE id = %s FOR UPDATE), "
+        f"written AS ({write} WHERE id = locked_id AND {condition} RETURNING {_COLUMNS}) "
+        "SELECT found, written.* FROM locked LEFT JOIN written ON true",
+        (note_id, *params, *versions),
+    )
+    if row is None:
+        raise HTTPNotFound("no such note")
+    found = row.pop("found")
+    if row["id"] is None:
+        raise HTTPPreconditionFailed("the note changed since you read it", details={"version": found})
+    return row
 
 
 MAX_ID = 2**63 - 1  # bigserial
@@ -208,27 +241,15 @@ async def _update(request: Request, *, partial: bool) -> JSONResponse:
         raise HTTPError("send If-Match with the note's ETag, or its version in the body", status=428)
     if not fields:
         raise HTTPUnprocessableEntity("invalid note", details={"body": "no field to change"})
-    note_id = _note_id(request)
-    row = None
-    if expected:  # an empty list matches no version
-        assignments = ", ".join(f"{name} = %s" for name in fields)
-        condition, versions = _version_condition(expected)
-        row = await _db(request).fetchone(
-            f"UPDATE notes SET {assignments}, version = version + 1, updated_at = now() "
-            f"WHERE id = %s{condition} RETURNING {_COLUMNS}",
-            (*fields.values(), note_id, *versions),
-        )
-    if row is None:
-        await _raise_missing_or_stale(request, note_id)
-    assert row is not None
+    assignments = ", ".join(f"{name} = %s" for name in fields)
+    row = await _write_if_expected(
+        request,
+        _note_id(request),
+        expected,
+        f"UPDATE notes SET {assignments}, version = version + 1, updated_at = now() FROM locked",
+        tuple(fields.values()),
+    )
     return _note_response(row)
-
-
-async def _raise_missing_or_stale(request: Request, note_id: int) -> None:
-    current = await _db(request).fetchval("SELECT version FROM notes WHERE id = %s", (note_id,))
-    if current is None:
-        raise HTTPNotFound("no such note")
-    raise HTTPPreconditionFailed("the note changed since you read it", details={"version": current})
 
 
 @router.put("/notes/{note_id:int}")
@@ -245,10 +266,7 @@ async def patch_note(request: Request) -> JSONResponse:
 async def delete_note(request: Request) -> Response:
     note_id = _note_id(request)
     expected = _expected_versions(request, None)
-    deleted = 0
-    if expected != []:  # an empty list matches no version
-        condition, versions = _version_condition(expected or "*")
-        deleted = await _db(request).execute(f"DELETE FROM notes WHERE id = %s{condition}", (note_id, *versions))
-    if not deleted:
-        await _raise_missing_or_stale(request, note_id)
+    if expected is None:  # DELETE needs no precondition
+        expected = "*"
+    await _write_if_expected(request, note_id, expected, "DELETE FROM notes USING locked", ())
     return Response(status=204)
