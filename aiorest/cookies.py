@@ -8,6 +8,8 @@ from email.utils import format_datetime
 from http.cookies import _unquote
 from typing import Literal
 
+from .datastructures import check_header_value
+
 __all__ = ["parse_cookie", "format_set_cookie"]
 
 SameSite = Literal["lax", "strict", "none"]
@@ -47,10 +49,9 @@ def format_set_cookie(
 ) -> str:
     """Build one ``Set-Cookie`` header value; invalid names or attributes raise ValueError."""
     if not _NAME_RE.match(key):
-        raise ValueError(f"invalid cookie name {key!r}")
+        raise ValueError(f"invalid cookie name {key!r}: it must be a token (letters, digits, !#$%&'*+-.^_`|~)")
     if not _PLAIN_VALUE_RE.match(value):
-        if any(c in value for c in "\r\n\x00"):
-            raise ValueError(f"invalid cookie value for {key!r}")
+        check_header_value(value, f"cookie value for {key!r}")
         value = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     parts = [f"{key}={value}"]
     if max_age is not None:
@@ -61,15 +62,16 @@ def format_set_cookie(
         parts.append(f"Expires={format_datetime(expires.astimezone(UTC), usegmt=True)}")
     for attr, text in (("Path", path), ("Domain", domain)):
         if text is not None:
-            if any(c in text for c in ";\r\n\x00"):
-                raise ValueError(f"invalid cookie {attr.lower()} {text!r}")
+            check_header_value(text, f"cookie {attr.lower()}")
+            if ";" in text:
+                raise ValueError(f"invalid cookie {attr.lower()} {text!r}: ';' would end the attribute")
             parts.append(f"{attr}={text}")
     if secure:
         parts.append("Secure")
     if httponly:
         parts.append("HttpOnly")
     if samesite is not None:
-        if samesite.lower() not in ("lax", "strict", "none"):
+        if not isinstance(samesite, str) or samesite.lower() not in ("lax", "strict", "none"):
             raise ValueError(f"samesite must be 'lax', 'strict' or 'none', not {samesite!r}")
         parts.append(f"SameSite={samesite.capitalize()}")
     return "; ".join(parts)

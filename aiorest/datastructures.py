@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
@@ -58,8 +59,9 @@ class Headers:
     """Case-insensitive, multi-valued HTTP headers, in the order given.
 
     ``headers["content-type"]`` gives the first value; ``getall`` every value.
-    Mutating methods check names and values for CR, LF and NUL, so that a header
-    can never be injected into a response.
+    Mutating methods check that names are tokens and that values hold no
+    control character and only Latin-1 (see ``check_header_value``), so that a
+    header can never be injected into a response.
     """
 
     __slots__ = ("_list",)
@@ -160,11 +162,31 @@ class Headers:
 _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
+# RFC 9110, 5.5: a field value is visible characters, obs-text (0x80-0xFF), SP and
+# HTAB. CR, LF or NUL would end the header early and start another; the rest of
+# the controls are refused with them. The server encodes the head as Latin-1.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def check_header_value(value: str, what: str) -> None:
+    """Refuse a value that cannot be sent in a header as it is; ``what`` names it in the error."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    # isprintable() is the quick pass: an ASCII value without tab or control passes it.
+    if not value.isprintable() and _CONTROL.search(value) is not None:
+        raise ValueError(f"invalid {what} {value!r}: control characters (CR, LF, NUL, ...) are not allowed")
+    if not value.isascii():
+        try:
+            value.encode("latin-1")
+        except UnicodeEncodeError:
+            raise ValueError(f"invalid {what} {value!r}: only Latin-1 characters are allowed") from None
+
+
 def _check_header(name: str, value: str) -> None:
     if not name or not _TCHAR.issuperset(name):
         raise ValueError(f"invalid header name {name!r}")
-    if "\r" in value or "\n" in value or "\x00" in value:
-        raise ValueError(f"invalid header value for {name!r}: CR, LF and NUL are not allowed")
+    if type(value) is not str or not value.isprintable() or not value.isascii():  # the usual value passes
+        check_header_value(value, f"header value for {name!r}")
 
 
 class State:

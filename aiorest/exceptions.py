@@ -10,9 +10,11 @@ field errors, say), or ``null``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from http import HTTPStatus
 from typing import Any
+
+from .datastructures import _check_header
 
 __all__ = [
     "HTTPError",
@@ -47,7 +49,8 @@ class HTTPError(Exception):
     """An error that becomes an HTTP response with a JSON body.
 
     Raise a subclass (``HTTPNotFound``) or this class with any 4xx/5xx status.
-    ``headers`` are added to the response (``Retry-After``, ``WWW-Authenticate``).
+    ``headers`` are added to the response (``Retry-After``, ``WWW-Authenticate``);
+    each is checked when set, here or later, as ``Headers`` checks them.
     """
 
     status: int = 500
@@ -62,8 +65,11 @@ class HTTPError(Exception):
     ) -> None:
         if status is not None:
             self.status = status
+        if not isinstance(self.status, int) or isinstance(self.status, bool):
+            raise TypeError(f"HTTPError status must be an int, not {type(self.status).__name__}")
         if not 400 <= self.status <= 599:
             raise ValueError(f"HTTPError status must be 4xx or 5xx, got {self.status}")
+        self.status = int(self.status)  # HTTPStatus.CONFLICT is 409
         if message is None:
             try:
                 message = HTTPStatus(self.status).phrase
@@ -72,7 +78,7 @@ class HTTPError(Exception):
         super().__init__(message)
         self.message = message
         self.details = details
-        self.headers: dict[str, str] = dict(headers) if headers else {}
+        self.headers: MutableMapping[str, str] = _CheckedHeaders(headers)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON body of this error."""
@@ -80,6 +86,34 @@ class HTTPError(Exception):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(status={self.status}, message={self.message!r})"
+
+
+class _CheckedHeaders(MutableMapping[str, str]):
+    """``HTTPError.headers``: a dict-like mapping that refuses an invalid header when it is set."""
+
+    def __init__(self, headers: Mapping[str, str] | None = None) -> None:
+        self._headers: dict[str, str] = {}
+        if headers:
+            self.update(headers)
+
+    def __setitem__(self, name: str, value: str) -> None:
+        _check_header(name, value)  # update() and setdefault() come through here too
+        self._headers[name] = value
+
+    def __getitem__(self, name: str) -> str:
+        return self._headers[name]
+
+    def __delitem__(self, name: str) -> None:
+        del self._headers[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._headers)
+
+    def __len__(self) -> int:
+        return len(self._headers)
+
+    def __repr__(self) -> str:
+        return repr(self._headers)
 
 
 class HTTPBadRequest(HTTPError):

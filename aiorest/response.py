@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from .cookies import SameSite, format_set_cookie
-from .datastructures import Headers
+from .datastructures import Headers, check_header_value
 from .exceptions import HTTPError
 from .jsoncodec import JSONCodec
 
@@ -21,9 +21,13 @@ class Response:
     sent as ``text/plain`` and bytes as ``application/octet-stream``; a ``text/*``
     type gets ``; charset=utf-8`` unless it names a charset. ``Content-Length`` is
     always computed by the server; do not set it yourself.
+
+    ``status`` (an int from 100 to 599) and ``media_type`` are checked when set,
+    in the constructor or later, so that nothing a handler sets can inject a header.
     """
 
-    __slots__ = ("status", "body", "media_type", "_headers")
+    # The server reads _status and _media_type directly: checked when set, not when sent.
+    __slots__ = ("_status", "body", "_media_type", "_headers")
 
     def __init__(
         self,
@@ -41,12 +45,29 @@ class Response:
                 raise TypeError(
                     f"Response body must be bytes or str, not {type(body).__name__}; use JSONResponse for data"
                 )
-        self.status = status
+        self._status = status if type(status) is int and 100 <= status <= 599 else _checked_status(status)
         self.body: bytes | bytearray | memoryview = body
         if media_type is None:
             media_type = "application/octet-stream"
-        self.media_type = _MEDIA_TYPES.get(media_type) or _with_charset(media_type)
+        self._media_type = _MEDIA_TYPES.get(media_type) or _with_charset(media_type)
         self._headers = Headers(headers) if headers else None
+
+    # status and media_type have no docstring: docs/api.rst describes them as attributes.
+    @property
+    def status(self) -> int:
+        return self._status
+
+    @status.setter
+    def status(self, status: int) -> None:
+        self._status = status if type(status) is int and 100 <= status <= 599 else _checked_status(status)
+
+    @property
+    def media_type(self) -> str:
+        return self._media_type
+
+    @media_type.setter
+    def media_type(self, media_type: str) -> None:
+        self._media_type = _MEDIA_TYPES.get(media_type) or _with_charset(media_type)
 
     @property
     def headers(self) -> Headers:
@@ -121,10 +142,10 @@ class JSONResponse(Response):
     __slots__ = ("data",)
 
     def __init__(self, data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> None:
-        self.status = status
+        self._status = status if type(status) is int and 100 <= status <= 599 else _checked_status(status)
         self.data = data
         self.body = b""
-        self.media_type = "application/json"
+        self._media_type = "application/json"
         self._headers = Headers(headers) if headers else None
 
     def render(self, codec: JSONCodec) -> bytes:
@@ -155,6 +176,17 @@ class StreamResponse(Response):
         self.content = content
 
 
+def _checked_status(status: object) -> int:
+    """``status`` as a plain int; anything but an int from 100 to 599 is refused."""
+    # An IntEnum such as HTTPStatus.CREATED is welcome; True is not a status.
+    if not isinstance(status, int) or isinstance(status, bool):
+        raise TypeError(f"status must be an int from 100 to 599, not {type(status).__name__}")
+    if not 100 <= status <= 599:
+        raise ValueError(f"status must be from 100 to 599, got {status}")
+    return int(status)
+
+
+# media type as given -> as sent; only checked types are kept
 _MEDIA_TYPES: dict[str, str] = {}
 
 
@@ -162,6 +194,9 @@ def _with_charset(media_type: str) -> str:
     # Cached: a handler builds a Response per request with the same few types.
     full = _MEDIA_TYPES.get(media_type)
     if full is None:
+        check_header_value(media_type, "media type")
+        if not media_type:
+            raise ValueError("media type is empty; leave it out for the default")
         full = media_type
         if media_type.startswith("text/") and "charset" not in media_type:
             full = media_type + "; charset=utf-8"

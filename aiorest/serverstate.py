@@ -7,6 +7,8 @@ import time
 from email.utils import formatdate
 from typing import Protocol
 
+from .datastructures import check_header_value
+
 __all__ = ["ServerState", "Connection"]
 
 
@@ -27,6 +29,8 @@ class ServerState:
     """What the connections of one server share: the clock, the Server/Date lines, the set."""
 
     def __init__(self, server_header: str | None = "aiorest") -> None:
+        if server_header is not None:
+            check_header_value(server_header, "server_header")
         self.connections: set[Connection] = set()
         self._server_line = f"Server: {server_header}\r\n" if server_header else ""
         self.header_lines = ""

@@ -114,6 +114,67 @@ async def test_error_headers_are_sent(aiorest_client, exc, status, header, value
         assert (await response.json())["error"]["status"] == status
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [{"X-Tag": "a\r\nX-Injected: yes"}, {"X-Tag": "a\nb"}, {"X-Tag": "\x00"}, {"X-Tag": "5 €"}, {"Bad Name": "v"}],
+    ids=["crlf", "lf", "nul", "not-latin-1", "bad-name"],
+)
+def test_http_error_headers_are_checked_when_the_error_is_made(headers):
+    with pytest.raises(ValueError, match="header"):
+        HTTPError("nope", status=400, headers=headers)
+    exc = HTTPError("nope", status=400)
+    [(name, value)] = headers.items()
+    with pytest.raises(ValueError, match="header"):
+        exc.headers[name] = value
+    with pytest.raises(ValueError, match="header"):
+        exc.headers.update({name: value})
+    with pytest.raises(ValueError, match="header"):
+        exc.headers.setdefault(name, value)
+    assert dict(exc.headers) == {}
+
+
+def test_http_error_headers_are_a_mutable_mapping():
+    exc = HTTPUnauthorized(headers={"WWW-Authenticate": "Bearer"})
+    exc.headers["X-Tag"] = "one"
+    exc.headers.update({"X-Other": "two"})
+    assert exc.headers == {"WWW-Authenticate": "Bearer", "X-Tag": "one", "X-Other": "two"}
+    del exc.headers["X-Tag"]
+    assert list(exc.headers) == ["WWW-Authenticate", "X-Other"]
+
+
+@pytest.mark.parametrize("status", ["404", True, 404.0], ids=repr)
+def test_http_error_status_must_be_an_int(status):
+    with pytest.raises(TypeError, match="must be an int"):
+        HTTPError(status=status)
+
+
+def test_http_error_status_may_be_an_http_status():
+    exc = HTTPError(status=HTTPStatus.CONFLICT)
+    assert exc.status == 409 and type(exc.status) is int
+    assert exc.to_dict()["error"]["status"] == 409
+
+
+async def test_a_bad_header_added_by_middleware_is_a_500(aiorest_client, error_log):
+    # Before, it was refused only when the error's response was built, outside any
+    # handler: the connection was dropped without an answer.
+    app = raising(HTTPNotFound())
+
+    async def tag(request: Request, handler):
+        try:
+            return await handler(request)
+        except HTTPError as exc:
+            exc.headers["X-Tag"] = "a\r\nX-Injected: yes"
+            raise
+
+    app.add_middleware(tag)
+    client = await aiorest_client(app)
+    [response, after] = await fetch(client.port, get("/raise") + get("/ok"), count=2)
+    assert response.status == 500 and response.header("x-injected") is None
+    assert json.loads(response.body)["error"]["message"] == "Internal Server Error"
+    assert after.status == 200
+    assert any(isinstance(r.exc_info[1], ValueError) for r in error_log.records if r.exc_info)
+
+
 async def test_retry_after_is_absent_unless_given(aiorest_client):
     client = await aiorest_client(raising(HTTPServiceUnavailable()))
     async with client.get("/raise") as response:

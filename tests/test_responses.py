@@ -7,11 +7,12 @@ import datetime
 import json
 import logging
 import socket
+from http import HTTPStatus
 
 import aiohttp
 import pytest
 
-from aiorest import App, Headers, JSONCodec, JSONResponse, Request, Response, StreamResponse
+from aiorest import App, Headers, HTTPError, JSONCodec, JSONResponse, Request, Response, Server, StreamResponse
 from tests.rawhttp import parse_responses
 from tests.wire import fetch, get
 
@@ -223,17 +224,26 @@ async def test_cookies_round_trip_through_aiohttp(aiorest_client):
         ("k", "v", {"path": "/; evil"}),
         ("k", "v", {"domain": "x.com\r\nX: y"}),
         ("k", "v", {"samesite": "sometimes"}),
+        ("k", "a\x01b", {}),
+        ("k", "€", {}),
+        ("k", "v", {"path": "/a\x7fb"}),
+        ("k", "v", {"domain": "x.com\tevil\x0b"}),
+        ("k", "v", {"samesite": "lax\r\nX-Injected: yes"}),
+        ("k", "v", {"samesite": 1}),
+        ("k", "v", {"max_age": "1\r\nX-Injected: yes"}),
     ],
 )
 def test_invalid_cookies_are_refused_at_set_time(key, value, options):
+    response = Response(b"")
     with pytest.raises(ValueError):
-        Response(b"").set_cookie(key, value, **options)
+        response.set_cookie(key, value, **options)
+    assert "set-cookie" not in response.headers
 
 
 # -- header injection --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", ["a\r\nX-Evil: 1", "a\nb", "a\rb", "a\x00b"])
+@pytest.mark.parametrize("value", ["a\r\nX-Evil: 1", "a\nb", "a\rb", "a\x00b", "a\x01b", "a\x7fb"])
 def test_header_injection_is_refused_when_setting(value):
     with pytest.raises(ValueError, match="not allowed"):
         Response(b"", headers={"X-Test": value})
@@ -247,10 +257,107 @@ def test_header_injection_is_refused_when_setting(value):
     assert "X-Test" not in response.headers
 
 
+def test_header_values_are_latin_1_or_refused_when_setting():
+    # The server encodes a head as Latin-1: "€" used to fail only when the response was written.
+    with pytest.raises(ValueError, match="Latin-1"):
+        Headers({"X-Price": "5 €"})
+    assert Headers({"X-Name": "Zoë\tJones"}).get("x-name") == "Zoë\tJones"
+
+
+INJECTED = "text/plain\r\nX-Injected: yes"
+BAD_STATUSES = ["200", "200 OK\r\nX-Injected: yes", True, 99, 600, 200.0, None]
+
+
+@pytest.mark.parametrize("status", BAD_STATUSES, ids=repr)
+def test_status_is_an_int_from_100_to_599_checked_when_set(status):
+    for make in (
+        lambda: Response(b"", status=status),
+        lambda: JSONResponse({}, status=status),
+        lambda: StreamResponse(_chunks(), status=status),
+    ):
+        with pytest.raises((TypeError, ValueError), match="status must be"):
+            make()
+    response = Response(b"", status=201)
+    with pytest.raises((TypeError, ValueError), match="status must be"):
+        response.status = status
+    assert response.status == 201
+
+
+def test_status_may_be_an_http_status_and_is_kept_as_an_int():
+    response = Response(b"", status=HTTPStatus.CREATED)
+    assert response.status == 201 and type(response.status) is int
+    response.status = HTTPStatus.ACCEPTED
+    assert response.status == 202 and type(response.status) is int
+    assert JSONResponse({}, status=HTTPStatus.NOT_FOUND).status == 404
+
+
+@pytest.mark.parametrize(
+    "media_type", [INJECTED, "text/plain\nX-Injected: yes", "text/plain\x00", "text/\x01plain", "text/€", ""], ids=repr
+)
+def test_media_type_is_checked_when_set(media_type):
+    for _ in range(2):  # a refused type is not cached as a good one
+        with pytest.raises(ValueError, match="media type"):
+            Response(b"", media_type=media_type)
+        with pytest.raises(ValueError, match="media type"):
+            StreamResponse(_chunks(), media_type=media_type)
+    response = Response(b"", media_type="text/csv")
+    with pytest.raises(ValueError, match="media type"):
+        response.media_type = media_type
+    assert response.media_type == "text/csv; charset=utf-8"
+    response.media_type = "text/html"
+    assert response.media_type == "text/html; charset=utf-8"
+
+
+def test_server_header_is_checked_when_set():
+    with pytest.raises(ValueError, match="server_header"):
+        Server(App(), server_header="aiorest\r\nX-Injected: yes")
+    with pytest.raises(ValueError, match="server_header"):
+        Server(App(), server_header="aiorest \u20ac")
+
+
+def _set_status(response: Response, status: object) -> Response:
+    response.status = status  # type: ignore[assignment]
+    return response
+
+
+def _set_cookie(response: Response, **options: object) -> Response:
+    response.set_cookie("k", "v", **options)  # type: ignore[arg-type]
+    return response
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Response(b"x", media_type=INJECTED),
+        lambda: JSONResponse({}, status="200 OK\r\nX-Injected: yes"),  # type: ignore[arg-type]
+        lambda: StreamResponse(_chunks(), media_type=INJECTED),
+        lambda: _set_status(Response(b"x"), "200 OK\r\nX-Injected: yes"),
+        lambda: _set_cookie(Response(b"x"), samesite="lax\r\nX-Injected: yes"),
+        lambda: _set_cookie(Response(b"x"), domain="x.com\r\nX-Injected: yes"),
+        lambda: Response(b"x", headers={"X-Ok": "\r\nX-Injected: yes"}),
+        lambda: HTTPError("teapot", status=418, headers={"X-Ok": "\r\nX-Injected: yes"}),
+    ],
+    ids=["media-type", "json-status", "stream-media-type", "status-set", "samesite", "domain", "header", "http-error"],
+)
+async def test_an_injection_attempt_is_a_500_without_the_extra_header(aiorest_client, caplog, make):
+    caplog.set_level(logging.ERROR, logger="aiorest.error")
+    client = await aiorest_client(app_returning(make))
+    [response, after] = await fetch(client.port, get("/") + get("/"), count=2)
+    for answer in (response, after):  # the connection stays in step
+        assert answer.status == 500
+        assert answer.header("x-injected") is None
+        assert answer.header("content-type") == "application/json"
+    assert any(isinstance(r.exc_info[1], (TypeError, ValueError)) for r in caplog.records if r.exc_info)
+
+
 @pytest.mark.parametrize("name", ["Bad Name", "X-\r\nEvil", "", "X:Y"])
 def test_invalid_header_names_are_refused(name):
     with pytest.raises(ValueError, match="invalid header name"):
         Headers({name: "v"})
+
+
+async def _chunks():
+    yield b"chunk"
 
 
 # -- Content-Length ---------------------------------------------------------------------------------
