@@ -86,14 +86,19 @@ class Response:
         value: str = "",
         *,
         max_age: int | None = None,
-        expires: datetime | float | None = None,
+        expires: datetime | float | str | None = None,
         path: str | None = "/",
         domain: str | None = None,
         secure: bool = False,
         httponly: bool = False,
         samesite: SameSite | None = "lax",
     ) -> None:
-        """Add a ``Set-Cookie`` header. ``expires`` is a datetime or a Unix timestamp."""
+        """Add a ``Set-Cookie`` header; an invalid name, value or attribute raises ValueError.
+
+        ``expires`` is an aware datetime, a Unix timestamp or an HTTP date
+        (``"Wed, 21 Oct 2037 07:28:00 GMT"``, or one of its two obsolete forms);
+        it is sent as an IMF-fixdate, the first of these forms.
+        """
         self.headers.add(
             "Set-Cookie",
             format_set_cookie(

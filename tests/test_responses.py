@@ -181,6 +181,68 @@ async def test_set_cookie_with_every_attribute(aiorest_client):
     ]
 
 
+@pytest.mark.parametrize(
+    ("expires", "sent"),
+    [
+        ("Wed, 21 Oct 2037 07:28:00 GMT", "Wed, 21 Oct 2037 07:28:00 GMT"),
+        ("Wednesday, 21-Oct-37 07:28:00 GMT", "Wed, 21 Oct 2037 07:28:00 GMT"),
+        ("Sunday, 06-Nov-94 08:49:37 GMT", "Sun, 06 Nov 1994 08:49:37 GMT"),
+        ("Sun Nov  6 08:49:37 1994", "Sun, 06 Nov 1994 08:49:37 GMT"),
+        ("Tue, 30 Jun 2015 23:59:60 GMT", "Tue, 30 Jun 2015 23:59:59 GMT"),
+        (datetime.datetime(2037, 10, 21, 9, 28, tzinfo=datetime.timezone(datetime.timedelta(hours=2))), None),
+        (2139722880, None),
+        (2139722880.5, None),
+    ],
+    ids=["imf-fixdate", "rfc850", "rfc850-past-century", "asctime", "leap-second", "aware-datetime", "int", "float"],
+)
+async def test_cookie_expires_is_sent_as_an_imf_fixdate(aiorest_client, expires, sent):
+    def make() -> Response:
+        response = Response(b"")
+        response.set_cookie("a", "1", expires=expires)
+        return response
+
+    client = await aiorest_client(app_returning(make))
+    [response] = await fetch(client.port, get("/"))
+    assert response.status == 200  # a str was a TypeError, a 500
+    expected = sent or "Wed, 21 Oct 2037 07:28:00 GMT"
+    assert response.header_all("set-cookie") == [f"a=1; Expires={expected}; Path=/; SameSite=Lax"]
+
+
+@pytest.mark.parametrize(
+    "expires",
+    [
+        "tomorrow",
+        "",
+        "Wed, 21 Oct 2037 07:28:00 UTC",
+        "Wed, 21 Oct 2037 07:28:00 +0000",
+        "wed, 21 oct 2037 07:28:00 gmt",
+        "Wed, 21 Oct 37 07:28:00 GMT",
+        "Wed,  21 Oct 2037 07:28:00 GMT",
+        "Thu, 21 Oct 2037 07:28:00 GMT",
+        "Wed, 31 Nov 2037 07:28:00 GMT",
+        "Wed, 21 Oct 2037 24:00:00 GMT",
+        "Wedday, 21-Oct-37 07:28:00 GMT",
+        "Wed, \u0662\u0661 Oct 2037 07:28:00 GMT",
+        "Wed, 21 Oct 2037 07:28:00 GMT\r\nX-Injected: yes",
+        datetime.datetime(2037, 10, 21, 7, 28),
+        1e20,
+        float("nan"),
+    ],
+    ids=repr,
+)
+def test_cookie_expires_that_is_not_a_date_is_refused(expires):
+    response = Response(b"")
+    with pytest.raises(ValueError, match="expires"):
+        response.set_cookie("a", "1", expires=expires)
+    assert "set-cookie" not in response.headers
+
+
+@pytest.mark.parametrize("expires", [True, datetime.date(2037, 10, 21), b"Wed, 21 Oct 2037 07:28:00 GMT"], ids=repr)
+def test_cookie_expires_of_another_type_is_refused(expires):
+    with pytest.raises(TypeError, match="expires must be"):
+        Response(b"").set_cookie("a", "1", expires=expires)
+
+
 async def test_delete_cookie_expires_it(aiorest_client):
     def make() -> Response:
         response = Response(b"")
