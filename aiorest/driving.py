@@ -103,7 +103,7 @@ class HandlerDriver:
                 self._respond(request, error_response(request._head_error))
                 continue
             try:
-                # Most requests are for a route without parameters: App._begin's
+                # Most requests are for a route without parameters: App.begin's
                 # first step, two dict lookups, done here instead of in a call.
                 methods = self._static_endpoints.get(request.path)
                 endpoint = methods.get(request.method) if methods is not None else None

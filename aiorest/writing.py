@@ -46,9 +46,11 @@ def short_answer(result: Any, state: ServerState, dumps: Callable[[Any], bytes])
             return None  # the general path logs it and answers 500
         return b"%sContent-Length: %d\r\n\r\n%s" % (state.json_prefix, len(payload), payload)
     if result_type is Response and result._headers is None:
+        # The slots behind the properties: what the setters let through is safe to send.
         content = result.body
-        content_type = CONTENT_TYPE_LINES.get(result.media_type) or content_type_line(result.media_type)
-        status_line = STATUS_BYTES.get(result.status)
+        media_type = result._media_type
+        content_type = CONTENT_TYPE_LINES.get(media_type) or content_type_line(media_type)
+        status_line = STATUS_BYTES.get(result._status)
         if type(content) is bytes and len(content) <= _LARGE_BODY and content_type is not None and status_line:
             return b"%s%s%sContent-Length: %d\r\n\r\n%s" % (
                 status_line,
@@ -66,8 +68,8 @@ def response_head(response: Response, length: int | None, chunked: bool, header_
     ``header_lines`` are the server's own (Server, Date); ``connection`` is the
     Connection line, or "". Raises UnicodeEncodeError for a header that is not latin-1.
     """
-    status = response.status
-    content_type = response.media_type
+    status = response._status
+    content_type = response._media_type
     extra = []
     if response._headers is not None:
         for name, value in response._headers.items():
