@@ -219,6 +219,9 @@ async def exercise_codec(module: ModuleType, client: Any) -> None:
             b'{"id":"12345678-1234-5678-1234-567812345678","due":"2030-01-31","total":"19.90"}'
         )
     assert module.app.json.name == "json+dates"
+    assert module.loads(b'{"n": 1}') == {"n": 1}
+    with pytest.raises(ValueError):
+        module.loads(b'{"n": 1e999}')  # strict: it could not be sent back
 
 
 async def exercise_errors(module: ModuleType, client: Any, caplog: pytest.LogCaptureFixture) -> None:

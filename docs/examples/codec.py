@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from aiorest import App, JSONCodec, Request
+from aiorest.jsoncodec import get_codec
 
 
 def default(value: Any) -> Any:
@@ -21,8 +22,8 @@ def dumps(value: Any) -> bytes:
     return json.dumps(value, default=default, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def loads(data: bytes) -> Any:
-    return json.loads(data.decode("utf-8"))  # ValueError (UnicodeDecodeError, JSONDecodeError): 400
+# The built-in json codec's loads: strict (no NaN, no 1e999, no lone surrogate); ValueError → 400.
+loads = get_codec("json").loads
 
 
 app = App(json=JSONCodec("json+dates", dumps, loads))
