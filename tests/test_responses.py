@@ -714,3 +714,21 @@ async def test_value_the_codec_cannot_encode_is_500(aiorest_client, caplog):
         assert response.status == 500
         assert (await response.json())["error"]["status"] == 500
     assert any("cannot send the response" in record.getMessage() for record in caplog.records)
+
+
+@pytest.mark.parametrize(("codec", "status"), [("ujson", 500), ("json", 500), ("orjson", 200)])
+async def test_a_float_that_is_not_finite_is_never_sent_as_invalid_json(aiorest_client, caplog, codec, status):
+    caplog.set_level(logging.ERROR, logger="aiorest.error")
+    app = App(json=codec)
+
+    @app.get("/")
+    async def handler(request: Request) -> dict[str, object]:
+        return {"values": [float("nan"), float("inf"), -float("inf")]}
+
+    client = await aiorest_client(app)
+    async with client.get("/") as response:
+        assert response.status == status
+        body = await response.read()
+    json.loads(body, parse_constant=lambda name: pytest.fail(f"{name} on the wire"))
+    if status == 200:
+        assert body == b'{"values":[null,null,null]}'
