@@ -185,7 +185,11 @@ class App(_RouteDecorators):
 
     @property
     def static_endpoints(self) -> Mapping[str, Mapping[str, Callable[[Request], Awaitable[Any]]]]:
-        """Path → method → endpoint of the routes without parameters (built at startup)."""
+        """Path → method → endpoint of the routes without parameters, built at startup.
+
+        With :meth:`begin` and :meth:`handle_exception`, what the server needs of the
+        app: it looks a request up here first, and calls :meth:`begin` for the others.
+        """
         return self._static_endpoints
 
     def begin(self, request: Request) -> Awaitable[Any]:
