@@ -42,10 +42,14 @@ class App(_RouteDecorators):
     ``routes``: Route objects to register up front. ``json``: the JSON codec,
     ``"ujson"`` (default), ``"orjson"``, ``"json"`` or a ``JSONCodec``.
     ``middleware``: functions ``async def mw(request, handler) -> Response``, outermost
-    first. ``on_startup``/``on_shutdown``: ``async def hook(app)``. ``lifespan``: a
-    function taking the app and returning an async context manager, entered before
-    the startup hooks and left after the shutdown hooks. ``convertors``: extra path
-    parameter converters by name. ``limits``: the server's limits and timeouts.
+    first. ``lifespan``: a function taking the app and returning an async context
+    manager. ``contexts``: more such functions, for resources opened at startup and
+    closed at shutdown (``Database.setup`` adds one). ``on_startup``/``on_shutdown``:
+    ``async def hook(app)``. Startup enters the lifespan, then the contexts, then
+    runs the startup hooks; shutdown undoes it in reverse. If a step of the startup
+    raises, exactly the contexts entered (and the lifespan) are left, and no shutdown
+    hook runs. ``convertors``: extra path parameter converters by name. ``limits``:
+    the server's limits and timeouts.
     """
 
     def __init__(
@@ -57,6 +61,7 @@ class App(_RouteDecorators):
         on_startup: Sequence[Hook] = (),
         on_shutdown: Sequence[Hook] = (),
         lifespan: Lifespan | None = None,
+        contexts: Sequence[Lifespan] = (),
         convertors: dict[str, Convertor] | None = None,
         limits: Limits | None = None,
     ) -> None:
@@ -67,9 +72,11 @@ class App(_RouteDecorators):
         self.on_startup: list[Hook] = list(on_startup)
         self.on_shutdown: list[Hook] = list(on_shutdown)
         self.lifespan = lifespan
+        self.contexts: list[Lifespan] = list(contexts)
         self.limits = limits
         self._exception_handlers: dict[type[BaseException], ExceptionHandler] = {}
-        self._lifespan_cm: AbstractAsyncContextManager[None] | None = None
+        # the lifespan and contexts entered, with what to call them in messages
+        self._entered: list[tuple[str, AbstractAsyncContextManager[None]]] = []
         self._routing_error_endpoint: Handler = _raise_routing_error
         self._options_endpoint: Handler = _answer_options
         # path → method → endpoint of the routes without parameters, built at startup:
@@ -121,18 +128,29 @@ class App(_RouteDecorators):
     # -- lifecycle -------------------------------------------------------------------
 
     async def startup(self) -> None:
-        """Enter the lifespan, run startup hooks and chain the middleware (once)."""
+        """Enter the lifespan and the contexts, run the startup hooks, chain the middleware.
+
+        If one of them raises (or the startup is cancelled), the contexts already
+        entered and the lifespan are left, last entered first, and the exception
+        propagates with a note naming the step that raised it.
+        """
         if self._started:
             raise RuntimeError("the app is already started")
-        if self.lifespan is not None:
-            cm = self.lifespan(self)
-            await cm.__aenter__()
-            self._lifespan_cm = cm
+        step = ""
         try:
+            if self.lifespan is not None:
+                step = f"the lifespan {_name(self.lifespan)}"
+                await self._enter(step, self.lifespan)
+            for context in self.contexts:
+                step = f"the context {_name(context)}"
+                await self._enter(step, context)
             for hook in self.on_startup:
+                step = f"the startup hook {_name(hook)}"
                 await hook(self)
-        except BaseException:
-            await self._exit_lifespan()
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                exc.add_note(f"raised in {step}")
+            await self._leave()
             raise
         for route in self.router.routes():
             route.endpoint = self._chain(route.handler)
@@ -145,7 +163,7 @@ class App(_RouteDecorators):
         self._started = True
 
     async def shutdown(self) -> None:
-        """Run shutdown hooks (last added first), then leave the lifespan."""
+        """Run the shutdown hooks (last added first), then leave the contexts and the lifespan."""
         if not self._started:
             return
         self._started = False
@@ -154,14 +172,23 @@ class App(_RouteDecorators):
                 try:
                     await hook(self)
                 except Exception:
-                    logger.exception("shutdown hook %r failed", hook)
+                    logger.exception("the shutdown hook %s failed", _name(hook))
         finally:
-            await self._exit_lifespan()
+            await self._leave()
 
-    async def _exit_lifespan(self) -> None:
-        cm, self._lifespan_cm = self._lifespan_cm, None
-        if cm is not None:
-            await cm.__aexit__(None, None, None)
+    async def _enter(self, name: str, lifespan: Lifespan) -> None:
+        context = lifespan(self)
+        await context.__aenter__()
+        self._entered.append((name, context))
+
+    async def _leave(self) -> None:
+        """Leave what was entered, last first; one that raises is logged and the others still left."""
+        while self._entered:
+            name, context = self._entered.pop()
+            try:
+                await context.__aexit__(None, None, None)
+            except Exception:
+                logger.exception("leaving %s failed", name)
 
     def _check_not_started(self, what: str) -> None:
         if self._started:
@@ -266,6 +293,15 @@ class _Converting:
 
     async def __call__(self, request: Request) -> Response:
         return to_response(await self.handler(request))
+
+
+def _name(function: object) -> str:
+    """``module.qualname`` of a hook or lifespan, for messages."""
+    qualname = getattr(function, "__qualname__", None)
+    if qualname is None:
+        return repr(function)
+    module = getattr(function, "__module__", None)
+    return f"{module}.{qualname}" if module else str(qualname)
 
 
 async def _raise_routing_error(request: Request) -> Response:

@@ -332,17 +332,23 @@ class Database(_Queries):
     # -- lifecycle ---------------------------------------------------------------
 
     def setup(self, app: App) -> None:
-        """Open the pool at the app's startup and close it at shutdown; ``app.state.db`` is this."""
+        """Open the pool at the app's startup and close it at shutdown; ``app.state.db`` is this.
+
+        The pool is one of the app's contexts: it is open before the startup hooks
+        run and closed after the shutdown hooks, and closed again if a later step
+        of the startup fails.
+        """
         app.state.db = self
 
-        async def open_db(app: App) -> None:
+        @asynccontextmanager
+        async def pool(app: App) -> AsyncIterator[None]:
             await self.open()
+            try:
+                yield
+            finally:
+                await self.close()
 
-        async def close_db(app: App) -> None:
-            await self.close()
-
-        app.on_startup.append(open_db)
-        app.on_shutdown.append(close_db)
+        app.contexts.append(pool)
 
     async def open(self) -> None:
         """Connect ``min_size`` connections (raises if PostgreSQL cannot be reached)."""

@@ -261,7 +261,7 @@ async def exercise_lifecycle(module: ModuleType, client: Any) -> None:
     # starts and stops its own TestClient to see the whole sequence.
     module.events.clear()
     async with TestClient(module.app) as own:
-        assert module.events == ["lifespan enter", "startup: open pool"]
+        assert module.events == ["lifespan enter", "open pool", "startup: warm up"]
         async with own.get("/public/hello") as response:
             assert await response.json() == {"pool_size": 1}
             assert "X-Elapsed-Ms" in response.headers
@@ -274,7 +274,28 @@ async def exercise_lifecycle(module: ModuleType, client: Any) -> None:
         async with own.get("/nowhere") as response:  # middleware sees routing errors too
             assert response.status == 404
             assert "X-Elapsed-Ms" in response.headers
-    assert module.events == ["lifespan enter", "startup: open pool", "shutdown: close pool", "lifespan exit"]
+    assert module.events == [
+        "lifespan enter",
+        "open pool",
+        "startup: warm up",
+        "shutdown: log stats",
+        "close pool",
+        "lifespan exit",
+    ]
+    # The page's claims about a startup that fails: the pool is closed, the lifespan
+    # left, and no shutdown hook runs.
+    module.events.clear()
+
+    async def broken(app: aiorest.App) -> None:
+        raise RuntimeError("cannot warm up")
+
+    failing = aiorest.App(
+        lifespan=module.lifespan, contexts=[module.pool], on_startup=[broken], on_shutdown=[module.log_stats]
+    )
+    with pytest.raises(RuntimeError, match="cannot warm up") as failure:
+        await failing.startup()
+    assert module.events == ["lifespan enter", "open pool", "close pool", "lifespan exit"]
+    assert failure.value.__notes__ == [f"raised in the startup hook {__name__}.exercise_lifecycle.<locals>.broken"]
 
 
 async def exercise_limits(module: ModuleType, client: Any) -> None:

@@ -1,4 +1,4 @@
-"""Middleware, startup and shutdown hooks, a lifespan, app and request state."""
+"""Middleware, a lifespan, a context, startup and shutdown hooks, app and request state."""
 
 import contextlib
 import time
@@ -41,17 +41,32 @@ async def lifespan(app: App) -> AsyncIterator[None]:
         events.append("lifespan exit")
 
 
-async def open_pool(app: App) -> None:
-    events.append("startup: open pool")
+@contextlib.asynccontextmanager
+async def pool(app: App) -> AsyncIterator[None]:
+    events.append("open pool")
     app.state.pool = ["connection"]
+    try:
+        yield
+    finally:
+        app.state.pool.clear()
+        events.append("close pool")
 
 
-async def close_pool(app: App) -> None:
-    events.append("shutdown: close pool")
-    app.state.pool.clear()
+async def warm_up(app: App) -> None:
+    events.append("startup: warm up")
 
 
-app = App(middleware=[timing, require_token], lifespan=lifespan, on_startup=[open_pool], on_shutdown=[close_pool])
+async def log_stats(app: App) -> None:
+    events.append("shutdown: log stats")
+
+
+app = App(
+    middleware=[timing, require_token],
+    lifespan=lifespan,
+    contexts=[pool],
+    on_startup=[warm_up],
+    on_shutdown=[log_stats],
+)
 
 
 @app.get("/public/hello")
