@@ -7,7 +7,7 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .app import App
 
@@ -107,8 +107,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-        def serve() -> None:
-            app.run(host=args.host, port=args.port, reuse_port=True, **options)
+        def serve(ready: Callable[[], object]) -> None:
+            app.run(host=args.host, port=args.port, reuse_port=True, ready=ready, **options)
 
         raise SystemExit(run_workers(args.workers, serve))
     elif args.command == "migrate":

@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import stat
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from .lag import LoopLagMonitor
@@ -73,7 +74,11 @@ class Server:
         self._started = False
 
     async def start(self) -> None:
-        """Run the app's startup, then listen."""
+        """Run the app's startup, then listen.
+
+        If either fails, what had started is undone (the app's startup by the app,
+        a failure to listen by a full :meth:`stop`) before the exception propagates.
+        """
         loop = asyncio.get_running_loop()
         await self.app.startup()
         self._started = True
@@ -141,20 +146,43 @@ class Server:
             self._started = False
             await self.app.shutdown()
 
-    async def serve_forever(self, stop: asyncio.Event | None = None) -> None:
-        """Start, serve until ``stop`` is set (or SIGINT/SIGTERM arrive), then stop."""
+    async def serve_forever(
+        self, stop: asyncio.Event | None = None, *, ready: Callable[[], object] | None = None
+    ) -> None:
+        """Start, serve until ``stop`` is set (or SIGINT/SIGTERM arrive), then stop.
+
+        ``ready`` is called once the server listens. A stop asked for during the
+        startup cancels it: the app undoes what it had started, and this returns.
+        A startup that fails raises, once undone.
+        """
         stop = stop or asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(signum, stop.set)
-        await self.start()
-        logger.info("aiorest serving on %s", self.url)
+        with _signals_set(stop):
+            if not await self._start_unless(stop):
+                logger.info("aiorest stopped during startup")
+                return
+            logger.info("aiorest serving on %s", self.url)
+            if ready is not None:
+                ready()
+            try:
+                await stop.wait()
+            finally:
+                logger.info("aiorest shutting down")
+                await self.stop()
+
+    async def _start_unless(self, stop: asyncio.Event) -> bool:
+        """Start, unless ``stop`` is set first: then the startup is cancelled. True if started."""
+        starting = asyncio.ensure_future(self.start())
+        stopping = asyncio.ensure_future(stop.wait())
         try:
-            await stop.wait()
+            await asyncio.wait((starting, stopping), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            logger.info("aiorest shutting down")
-            await self.stop()
+            stopping.cancel()
+            starting.cancel()  # nothing once it is done
+            await asyncio.wait((starting, stopping))  # the startup undone, whatever happened here
+        if starting.cancelled():
+            return False
+        starting.result()  # raises what the startup raised
+        return True
 
 
 def run(
@@ -171,10 +199,14 @@ def run(
     backlog: int = 2048,
     graceful_timeout: float = 30.0,
     loop_lag_report: str | None = None,
+    ready: Callable[[], object] | None = None,
 ) -> None:
     """Serve ``app`` until SIGINT or SIGTERM, on uvloop when it is installed.
 
-    The options are those of :class:`Server`; ``log_level`` configures logging.
+    The options are those of :class:`Server`; ``log_level`` configures logging;
+    ``ready`` is called once the server listens. A startup that fails is undone,
+    logged in one line (its traceback at debug level), and ends the process:
+    ``SystemExit(1)``.
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = Server(
@@ -190,5 +222,50 @@ def run(
         graceful_timeout=graceful_timeout,
         loop_lag_report=loop_lag_report,
     )
+    listening = False
+
+    def serving() -> None:
+        nonlocal listening
+        listening = True
+        if ready is not None:
+            ready()
+
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        runner.run(server.serve_forever())
+        try:
+            runner.run(server.serve_forever(ready=serving))
+            return
+        except Exception as exc:
+            if listening:
+                raise
+            logger.error("startup failed: %s", _one_line(exc))
+            logger.debug("the startup failure's traceback", exc_info=exc)
+    raise SystemExit(1)
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: first line of the message (notes)``: an error to log in one line."""
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    notes = getattr(exc, "__notes__", None)
+    return f"{text} ({'; '.join(notes)})" if notes else text
+
+
+@contextlib.contextmanager
+def _signals_set(stop: asyncio.Event) -> Iterator[None]:
+    """While inside, SIGINT and SIGTERM set ``stop``; after, they get back the handlers they had."""
+    loop = asyncio.get_running_loop()
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        try:
+            loop.add_signal_handler(signum, stop.set)
+        except (NotImplementedError, RuntimeError):  # not Unix, or not the main thread
+            continue
+        previous[signum] = handler
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            loop.remove_signal_handler(signum)
+            if handler is not None:  # None: a handler not set from Python, which we cannot put back
+                signal.signal(signum, handler)

@@ -4,7 +4,9 @@ One process uses one core. ``aiorest run app:app --workers 4`` forks four
 processes; each binds the port with SO_REUSEPORT and the kernel spreads new
 connections between them. The parent forwards SIGTERM/SIGINT, waits for the
 workers to finish their requests in flight, and restarts a worker that dies
-(at most ``max_restarts`` times a minute, then it gives up and stops all).
+while serving (at most ``max_restarts`` times a minute, then it gives up and
+stops all). A worker that exits before it serves failed to start: starting it
+again would fail the same way, so the parent stops the others and exits with 1.
 """
 
 from __future__ import annotations
@@ -24,29 +26,40 @@ _PR_SET_PDEATHSIG = 1
 __all__ = ["run_workers"]
 
 
-def run_workers(count: int, serve: Callable[[], None], *, max_restarts: int = 10) -> int:
-    """Run ``serve`` in ``count`` forked processes until SIGTERM/SIGINT; returns an exit code."""
+def run_workers(count: int, serve: Callable[[Callable[[], object]], None], *, max_restarts: int = 10) -> int:
+    """Run ``serve(ready)`` in ``count`` forked processes until SIGTERM/SIGINT; returns an exit code.
+
+    ``serve`` calls ``ready()`` once its worker serves.
+    """
     if count < 1:
         raise ValueError(f"workers must be at least 1, got {count}")
-    children: dict[int, int] = {}  # pid -> worker number
+    children: dict[int, tuple[int, int]] = {}  # pid -> worker number, read end of its ready pipe
     restarts: deque[float] = deque()
     stopping = False
 
     def spawn(number: int) -> None:
+        ready_read, ready_write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the worker
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             _stop_with_parent(parent)
+            os.close(ready_read)
+            for _, other in children.values():
+                os.close(other)
             code = 0
             try:
-                serve()
+                serve(lambda: os.write(ready_write, b"!"))
+            except SystemExit as exc:  # run() has said why: a startup that failed
+                code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
             except BaseException:
                 logger.exception("worker %d failed", number)
                 code = 1
             finally:
                 os._exit(code)
-        children[pid] = number
+        os.close(ready_write)
+        os.set_blocking(ready_read, False)
+        children[pid] = (number, ready_read)
 
     def stop(signum: int, frame: object) -> None:
         nonlocal stopping
@@ -62,7 +75,7 @@ def run_workers(count: int, serve: Callable[[], None], *, max_restarts: int = 10
     parent = os.getpid()
     for number in range(count):
         spawn(number)
-    logger.info("aiorest: %d workers started (pids %s)", count, sorted(children))
+    logger.info("aiorest: starting %d workers (pids %s)", count, sorted(children))
     exit_code = 0
     while children:
         try:
@@ -71,10 +84,16 @@ def run_workers(count: int, serve: Callable[[], None], *, max_restarts: int = 10
             break
         if pid not in children:
             continue
-        number = children.pop(pid)
+        number, ready_read = children.pop(pid)
+        served = _said_ready(ready_read)
         if stopping:
             continue
         code = os.waitstatus_to_exitcode(status)
+        if not served:
+            logger.error("worker %d (pid %d) failed to start (exit status %d): stopping the workers", number, pid, code)
+            exit_code = 1
+            stop(signal.SIGTERM, None)
+            continue
         logger.error("worker %d (pid %d) exited with %d", number, pid, code)
         now = time.monotonic()
         restarts.append(now)
@@ -88,6 +107,16 @@ def run_workers(count: int, serve: Callable[[], None], *, max_restarts: int = 10
         spawn(number)
     sys.stdout.flush()
     return exit_code
+
+
+def _said_ready(ready_read: int) -> bool:
+    """Whether a worker that has exited wrote to its ready pipe (non-blocking read), which is closed."""
+    try:
+        return os.read(ready_read, 1) != b""
+    except BlockingIOError:  # nothing written, and a process it forked still holds the write end
+        return False
+    finally:
+        os.close(ready_read)
 
 
 def _stop_with_parent(parent: int) -> None:

@@ -74,7 +74,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.command in ("migrate", "status"):
         aiorest_main(["migrate", "up" if args.command == "migrate" else "status", "--dir", str(MIGRATIONS)])
         return
-    print(f"serving on http://{args.host}:{args.port}/  — try /notes, /db, /fortunes", flush=True)
+    print(f"starting on http://{args.host}:{args.port}/  — try /notes, /db, /fortunes", flush=True)
+    # A startup that fails logs why and raises SystemExit(1): the exit status is 1, and
+    # pgserver's atexit still stops PostgreSQL.
     aiorest_main(["run", "example_app:app", "--host", args.host, "--port", str(args.port)])
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_lifecycle import backends, create_table_world, wait_for_no_backends
 from tests.wire import fetch, get
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,16 +28,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def aiorest(*args: str) -> asyncio.subprocess.Process:
+async def python(
+    *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None, merge: bool = False
+) -> asyncio.subprocess.Process:
+    """``python args`` in a subprocess, its stdout and stderr piped (stderr into stdout with ``merge``)."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
-        "-m",
-        "aiorest",
         *args,
-        cwd=ROOT,
+        cwd=cwd,
+        env=env,
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT if merge else asyncio.subprocess.PIPE,
     )
+
+
+async def aiorest(*args: str) -> asyncio.subprocess.Process:
+    return await python("-m", "aiorest", *args)
 
 
 @asynccontextmanager
@@ -140,17 +147,7 @@ async def test_python_m_example_app_runs_on_a_private_postgresql_and_stops_it_on
     env = {name: value for name, value in os.environ.items() if name != "DATABASE_URL"}
     env["TMPDIR"] = str(tmp_path)  # a data folder of its own, not the one the suite may share
     port = free_port()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "example_app",
-        "--port",
-        str(port),
-        cwd=ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
+    process = await python("-m", "example_app", "--port", str(port), env=env, merge=True)
     data = tmp_path / f"aiorest-pgdata-{os.getuid()}"
     async with running(process):
         await wait_until_accepting(process, port, timeout=120)  # initdb, migrations and seed first
@@ -164,3 +161,107 @@ async def test_python_m_example_app_runs_on_a_private_postgresql_and_stops_it_on
     assert "using an embedded PostgreSQL" in text and f"http://127.0.0.1:{port}/" in text
     assert not (data / "postmaster.pid").exists(), "PostgreSQL was left running"
     assert not (ROOT / "pgdata").exists()
+
+
+# -- a startup that fails ----------------------------------------------------------------------------
+
+FAILING_APP = '''
+"""Opens a pool, then a startup hook fails: the table it creates exists already."""
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from aiorest import App
+from aiorest.db import Database
+
+app = App()
+db = Database(os.environ["DATABASE_URL"], min_size=3, application_name="failing-startup")
+db.setup(app)
+
+
+async def create_world(app):
+    if os.environ.get("STARTUP_MARKER"):  # the signal tests: wait here until stopped
+        Path(os.environ["STARTUP_MARKER"]).touch()
+        await asyncio.sleep(60)
+    await db.execute("CREATE TABLE world (id int)")
+
+
+app.on_startup.append(create_world)
+
+if __name__ == "__main__":
+    app.run(port=int(sys.argv[1]))
+'''
+
+NOISE = ("Traceback", "Unclosed", "ResourceWarning", "Task was destroyed", "Exception ignored")
+
+
+def warnings_shown(**extra: str) -> dict[str, str]:
+    """The environment of a subprocess that shows every warning, with ``extra`` set."""
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONTRACEMALLOC"}
+    env.update(PYTHONWARNINGS="default", **extra)
+    return env
+
+
+@pytest.mark.parametrize("how", ["aiorest run", "app.run"])
+async def test_a_failing_startup_exits_1_with_one_error_line_and_leaves_nothing_open(how, tmp_path, database_url):
+    create_table_world(database_url)
+    (tmp_path / "failing_app.py").write_text(FAILING_APP)
+    port = str(free_port())
+    command = (
+        ["-m", "aiorest", "run", "failing_app:app", "--port", port]
+        if how == "aiorest run"
+        else ["failing_app.py", port]
+    )
+    process = await python("-W", "default", *command, cwd=tmp_path, env=warnings_shown(DATABASE_URL=database_url))
+    async with running(process), asyncio.timeout(30):
+        _, stderr = await process.communicate()
+    text = stderr.decode()
+    assert process.returncode == 1, text
+    errors = [line for line in text.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, text
+    assert 'DuplicateTable: relation "world" already exists' in errors[0], text
+    assert "(raised in the startup hook " in errors[0] and ".create_world)" in errors[0], text
+    assert not [noise for noise in NOISE if noise in text], text
+    await wait_for_no_backends(database_url, "failing-startup")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_a_signal_during_startup_undoes_it_and_exits_cleanly(sig, tmp_path, database_url):
+    (tmp_path / "failing_app.py").write_text(FAILING_APP)
+    marker = tmp_path / "starting"
+    process = await python(
+        *("-W", "default", "-m", "aiorest", "run", "failing_app:app", "--port", str(free_port())),
+        cwd=tmp_path,
+        env=warnings_shown(DATABASE_URL=database_url, STARTUP_MARKER=str(marker)),
+    )
+    async with running(process):
+        async with asyncio.timeout(20):
+            while not marker.exists():
+                assert process.returncode is None
+                await asyncio.sleep(0.05)
+        assert backends(database_url, "failing-startup") == 3
+        output = await stop(process, sig, timeout=10)
+    text = output.decode()
+    assert process.returncode == 0, text
+    assert "stopped during startup" in text and " ERROR " not in text, text
+    assert not [noise for noise in NOISE if noise in text], text
+    await wait_for_no_backends(database_url, "failing-startup")
+
+
+async def test_python_m_example_app_that_cannot_listen_exits_1_and_stops_its_postgresql(tmp_path):
+    env = warnings_shown(TMPDIR=str(tmp_path))
+    env.pop("DATABASE_URL", None)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process = await python("-W", "default", "-m", "example_app", "--port", str(port), env=env, merge=True)
+        async with running(process), asyncio.timeout(120):  # initdb, migrations and seed first
+            output, _ = await process.communicate()
+    text = output.decode()
+    assert process.returncode == 1, text
+    errors = [line for line in text.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and "startup failed" in errors[0] and "address already in use" in errors[0], text
+    assert not [noise for noise in NOISE if noise in text], text
+    assert not (tmp_path / f"aiorest-pgdata-{os.getuid()}" / "postmaster.pid").exists(), "PostgreSQL was left running"

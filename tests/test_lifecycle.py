@@ -161,3 +161,27 @@ async def test_contexts_wrap_the_hooks_at_startup_and_shutdown():
         "lifespan exit",
     ]
 
+
+async def test_a_stop_during_startup_cancels_it_and_undoes_it(database_url):
+    events: list[str] = []
+    app = App(lifespan=recorded_context(events, "lifespan"))
+    db = Database(database_url, min_size=2, application_name="lifecycle-stop-test")
+    db.setup(app)
+    reached = asyncio.Event()
+
+    async def slow(app: App) -> None:
+        reached.set()
+        await asyncio.sleep(60)
+
+    app.on_startup.append(slow)
+    app.on_shutdown.append(recording(events, "shutdown hook"))
+    stop = asyncio.Event()
+    server = Server(app, host="127.0.0.1", port=0)
+    serving = asyncio.create_task(server.serve_forever(stop))
+    await reached.wait()
+    assert backends(database_url, "lifecycle-stop-test") == 2
+    stop.set()
+    async with asyncio.timeout(5):
+        await serving
+    assert events == ["lifespan enter", "lifespan exit"]
+    await wait_for_no_backends(database_url, "lifecycle-stop-test")

@@ -107,3 +107,67 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
+
+
+ONE_WORKER_FAILS = '''
+"""The first worker to start fails in its startup hook; the others start. Each logs its lifespan to a file."""
+import contextlib
+import os
+from pathlib import Path
+
+from aiorest import App
+
+EVENTS = Path(os.environ["EVENTS"])
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app):
+    with EVENTS.open("a") as events:
+        events.write(f"enter {os.getpid()}\\n")
+    try:
+        yield
+    finally:
+        with EVENTS.open("a") as events:
+            events.write(f"exit {os.getpid()}\\n")
+
+
+async def maybe_fail(app):
+    try:
+        os.close(os.open(os.environ["CHOSEN"], os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return
+    raise RuntimeError("this worker was chosen to fail")
+
+
+app = App(lifespan=lifespan, on_startup=[maybe_fail])
+'''
+
+
+def test_a_worker_that_fails_to_start_stops_the_others_and_the_parent_exits_1(tmp_path):
+    (tmp_path / "one_fails.py").write_text(ONE_WORKER_FAILS)
+    events = tmp_path / "events"
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONTRACEMALLOC"}
+    env.update(PYTHONWARNINGS="default", EVENTS=str(events), CHOSEN=str(tmp_path / "chosen"))
+    command = [sys.executable, "-m", "aiorest", "run", "one_fails:app", "--port", str(free_port()), "--workers", "3"]
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _, stderr = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    text = stderr.decode()
+    assert process.returncode == 1, text
+    errors = [line for line in text.splitlines() if " ERROR " in line]
+    assert len(errors) == 2, text
+    assert (
+        "RuntimeError: this worker was chosen to fail" in errors[0] and "startup hook one_fails.maybe_fail" in errors[0]
+    )
+    assert "failed to start" in errors[1], text
+    assert "Traceback" not in text and "Unclosed" not in text, text
+    events_seen = [line.split() for line in events.read_text().splitlines()]
+    entered = [pid for what, pid in events_seen if what == "enter"]
+    exited = [pid for what, pid in events_seen if what == "exit"]
+    # No worker was started again, and every worker that entered its lifespan left it (one
+    # stopped by the parent before it got that far enters nothing).
+    assert 1 <= len(entered) <= 3 and sorted(entered) == sorted(exited), events_seen
