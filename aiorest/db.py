@@ -1,4 +1,4 @@
-"""PostgreSQL for aiorest: a first-come first-served pool of aiopg connections.
+"""PostgreSQL for aiorest: a first-come first-served pool of psycopg2 asynchronous connections.
 
     db = Database(max_size=32)            # DSN from DATABASE_URL, or Database(dsn)
     db.setup(app)                         # opened at startup, closed at shutdown
@@ -15,10 +15,21 @@ prepares each statement once per connection, and awaits a query without
 ``asyncio.wait_for`` (a ``call_later`` handle is the statement timeout). These
 four measured 2x the throughput of the usual aiopg.Pool code (../shared/PERF.md).
 
+Why connections of our own and not aiopg's: libpq closes a connection's socket
+itself when the server goes away, and a reader or writer still registered on
+the loop for that descriptor poisons its number for the next socket that gets
+it (uvloop: ``RuntimeError: unable to perform operation on <UVPoll
+closed=True>``, or an abort; asyncio: OSError). aiopg 1.4 leaves the writer
+registered when a connection attempt fails while it waits to write, which a
+PostgreSQL restart under load does hundreds of times. Here a socket is watched
+only by its ``_Connection`` (or by the connect loop, one wait at a time), and
+unwatched in the same step that finds the connection closed.
+
 Failures are HTTP answers (the exceptions below are HTTPErrors): pool exhausted
 past the acquire timeout and database unreachable or restarting → 503 with
 ``Retry-After``; unique violation → 409; check, foreign-key or not-null
-violation → 422; statement timeout → 503.
+violation → 422; statement timeout → 503. Connections lost with their server
+are dropped quietly and replaced; one log line per burst counts them.
 """
 
 from __future__ import annotations
@@ -30,13 +41,13 @@ import os
 import re
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
-import aiopg
 import psycopg2
 import psycopg2.errors
 import psycopg2.extensions
+import psycopg2.extras
 
 from .exceptions import HTTPConflict, HTTPServiceUnavailable, HTTPUnprocessableEntity
 
@@ -59,7 +70,22 @@ logger = logging.getLogger("aiorest.db")
 Params = Sequence[Any] | dict[str, Any] | None
 
 _IDLE = psycopg2.extensions.TRANSACTION_STATUS_IDLE
+_POLL_OK = psycopg2.extensions.POLL_OK
+_POLL_WRITE = psycopg2.extensions.POLL_WRITE
 _DISCONNECTS = (psycopg2.OperationalError, psycopg2.InterfaceError)
+_CONNECT_ERRORS = (*_DISCONNECTS, OSError, TimeoutError)
+# Lost connections are logged as one line per burst: a restart ends them all
+# within milliseconds, so the line waits _LOSS_REPORT_DELAY to count the burst;
+# and at most one line per _LOSS_REPORT_GAP, so a flapping server cannot flood
+# the log (each line counts every loss since the previous one).
+_LOSS_REPORT_DELAY = 0.5
+_LOSS_REPORT_GAP = 10.0
+# A statement in flight polls its connection this often (seconds), events or not.
+_POLL_EVERY = 0.25
+# A pool below min_size (or with requests waiting) reconnects in the background,
+# this long after a failed attempt, doubling up to _RECONNECT_MAX_DELAY.
+_RECONNECT_DELAY = 0.05
+_RECONNECT_MAX_DELAY = 1.0
 _PREPARABLE = re.compile(r"^\s*(select|insert|update|delete|with|values)\b", re.IGNORECASE)
 _PLACEHOLDER = re.compile(r"%%|%s")
 
@@ -144,19 +170,33 @@ def _literals(params: Sequence[Any]) -> str | None:
 
 
 class _Connection:
-    """One aiopg connection with its one cursor and its prepared statements."""
+    """One psycopg2 asynchronous connection: its socket on the loop, its one cursor, its prepared statements.
 
-    def __init__(self, conn: aiopg.Connection, cursor: aiopg.Cursor, db: Database) -> None:
-        self.conn = conn
-        self._cursor = cursor._impl  # psycopg2's async cursor; aiopg's wrapper adds wait_for
+    The socket's reader stays registered while the connection is open, so a
+    connection that dies while idle in the pool (PostgreSQL restarted, backend
+    terminated) is found at once, closed, and reported to the pool. Whatever
+    finds the connection closed unwatches it in the same step: libpq has
+    already closed the socket, and its number is free for the next one.
+    """
+
+    def __init__(self, raw: psycopg2.extensions.connection, db: Database) -> None:
+        self.raw = raw
+        self._cursor = raw.cursor()
         self._db = db
+        self._loop = asyncio.get_running_loop()
+        self._fd = raw.fileno()
+        self._writing = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._ticks = 0  # _POLL_EVERY periods the statement in flight has run
         self._prepared: dict[str, str] = {}
         self._timed_out = False
         self.broken = False
+        self._loop.add_reader(self._fd, self._ready)
 
     @property
     def reusable(self) -> bool:
-        return not self.broken and not self.conn.closed and self.conn.raw.get_transaction_status() == _IDLE
+        return not self.broken and not self.raw.closed and self.raw.get_transaction_status() == _IDLE
 
     async def execute(self, sql: str, params: Params = None, *, prepare: bool = True) -> Any:
         """Run one statement; returns psycopg2's cursor, positioned on the results."""
@@ -178,37 +218,147 @@ class _Connection:
         return await self._run(sql, params)
 
     async def _run(self, sql: str, params: Params) -> Any:
-        conn = self.conn
-        waiter = conn._create_waiter("execute")
+        waiter = self._loop.create_future()
+        self._waiter = waiter
         try:
             self._cursor.execute(sql, params)
-        except BaseException:
-            conn._waiter = None
+        except BaseException as exc:
+            self._waiter = None
             self.broken = True
+            if self.raw.closed:
+                self._lose(exc)
             raise
-        conn._ready(conn._weakref)
-        loop = asyncio.get_running_loop()
-        # PostgreSQL's own statement_timeout fires first and keeps the
-        # connection; this handle is the safety net for a silent server.
-        timer = loop.call_later(self._db.statement_timeout + 1.0, self._on_timeout)
+        self._ready()
+        self._ticks = 0
+        self._timer = self._loop.call_later(_POLL_EVERY, self._tick)
         try:
             await waiter
         except psycopg2.Error as exc:
             if self._timed_out:
                 raise StatementTimeout() from exc
-            if isinstance(exc, _DISCONNECTS) and not isinstance(exc, psycopg2.errors.QueryCanceled):
-                self.broken = True  # PostgreSQL's statement timeout leaves the connection usable
             raise
         finally:
-            timer.cancel()
-            conn._waiter = None
+            self._timer.cancel()
+            self._waiter = None
         return self._cursor
+
+    def _tick(self) -> None:
+        """Every _POLL_EVERY while a statement runs: poll the connection anyway, and end a silent one.
+
+        libuv (uvloop) stops watching a socket that the server reset with its
+        last message, without a callback: a statement in flight on it would
+        wait for nothing. And PostgreSQL's own statement_timeout fires first
+        and keeps the connection; closing it a second later is the safety net
+        for a silent server.
+        """
+        self._ticks += 1
+        if self._ticks * _POLL_EVERY > self._db.statement_timeout + 1.0:
+            self._on_timeout()
+            return
+        self._ready()
+        self._timer = self._loop.call_later(_POLL_EVERY, self._tick)
+
+    def _ready(self) -> None:
+        """The socket is readable, or writable while a statement is sent: let libpq go on."""
+        raw = self.raw
+        try:
+            state = raw.poll()
+        except psycopg2.Error as exc:
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(exc)
+            if raw.closed:
+                self._lose(exc)
+            elif self._writing:
+                self._stop_writing()
+            return
+        if raw.notifies:  # a LISTEN the pool does not serve: keep the list bounded
+            raw.notifies.clear()
+        if state == _POLL_OK:
+            if self._writing:
+                self._stop_writing()
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+        elif state == _POLL_WRITE:
+            if not self._writing:
+                self._loop.add_writer(self._fd, self._ready)
+                self._writing = True
+        elif self._writing:  # POLL_READ: the statement is sent
+            self._stop_writing()
+
+    def _stop_writing(self) -> None:
+        self._writing = False
+        self._loop.remove_writer(self._fd)
+
+    def _lose(self, exc: BaseException) -> None:
+        """The connection died with its backend: close it and tell the pool."""
+        if self._fd < 0:
+            return  # closed already
+        self.broken = True
+        self.close()
+        self._db._lost(self, exc)
+
+    def close(self) -> None:
+        """Unwatch the socket and close the connection; a statement in flight fails."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            # Both registrations go in this one step: on a socket libpq closed,
+            # one left behind would poison the descriptor for its next owner.
+            # The first removal may raise, having forgotten the descriptor:
+            # asyncio's selector loop OSError on a closed socket, uvloop
+            # RuntimeError on a watch libuv ended itself (a reset socket).
+            if self._writing:
+                self._writing = False
+                with suppress(OSError, RuntimeError):
+                    self._loop.remove_writer(fd)
+            with suppress(OSError, RuntimeError):
+                self._loop.remove_reader(fd)
+        self.raw.close()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(psycopg2.OperationalError("the connection was closed"))
 
     def _on_timeout(self) -> None:
         # A psycopg2 asynchronous connection cannot cancel cleanly mid-query: close it.
         self._timed_out = True
         self.broken = True
-        self.conn.close()
+        self.close()
+
+
+async def _connect_raw(dsn: str, application_name: str) -> psycopg2.extensions.connection:
+    """A psycopg2 asynchronous connection, once libpq has finished connecting.
+
+    Each wait watches the socket libpq names now, and stops watching before
+    libpq runs again: libpq may close that socket and open another (the next
+    address of a host name, a retry without SSL).
+    """
+    raw = psycopg2.connect(dsn, async_=True, application_name=application_name)
+    try:
+        loop = asyncio.get_running_loop()
+        while (state := raw.poll()) != _POLL_OK:
+            fd = raw.fileno()
+            ready = loop.create_future()
+            if state == _POLL_WRITE:
+                watch, unwatch = loop.add_writer, loop.remove_writer
+            else:
+                watch, unwatch = loop.add_reader, loop.remove_reader
+            watch(fd, _wake, ready)
+            try:
+                await ready
+            finally:
+                unwatch(fd)
+    except BaseException:
+        raw.close()
+        raise
+    # uuid columns as uuid.UUID, as aiopg did (JSON and JSONB are psycopg2's defaults)
+    psycopg2.extras.register_uuid(conn_or_curs=raw)  # type: ignore[no-untyped-call]
+    return raw
+
+
+def _wake(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
 
 
 class _Queries:
@@ -328,6 +478,11 @@ class Database(_Queries):
         self._given_up = 0  # waiters that timed out or were cancelled since the last sweep
         self._size = 0  # open connections plus those being opened
         self._closed = True
+        self._reconnecting: asyncio.Task[None] | None = None
+        self._losses = 0  # connections lost since the last report
+        self._loss_reason = ""
+        self._loss_report: asyncio.TimerHandle | None = None
+        self._last_loss_report = float("-inf")
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -368,14 +523,15 @@ class Database(_Queries):
     async def close(self) -> None:
         """Close every idle connection; connections in use close when released."""
         self._closed = True
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_exception(DatabaseUnavailable("the database pool is closed"))
+        self._fail_waiters("the database pool is closed")
         while self._idle:
-            connection = self._idle.popleft()
-            self._size -= 1
-            connection.conn.close()
+            self._discard(self._idle.popleft())
+        if self._loss_report is not None:
+            self._loss_report.cancel()
+            self._report_losses()
+        if self._reconnecting is not None:
+            self._reconnecting.cancel()
+            await asyncio.wait([self._reconnecting])
 
     @property
     def size(self) -> int:
@@ -388,33 +544,33 @@ class Database(_Queries):
         return len(self._idle)
 
     async def _connect(self) -> _Connection:
+        """A new connection, which the caller has counted in ``_size`` (uncounted on failure)."""
+        assert self.dsn is not None
         try:
-            conn = await aiopg.connect(
-                self.dsn,
-                timeout=self.connect_timeout,
-                enable_json=True,
-                enable_hstore=False,
-                enable_uuid=True,
-                application_name=self.application_name,
-            )
+            async with asyncio.timeout(self.connect_timeout):
+                connection = _Connection(await _connect_raw(self.dsn, self.application_name), self)
+                try:
+                    timeout = int(self.statement_timeout * 1000)
+                    await connection.execute(f"SET statement_timeout = {timeout}", prepare=False)
+                except BaseException:
+                    connection.close()
+                    raise
         except BaseException:
             self._size -= 1
+            self._reconnect()
             raise
-        try:
-            cursor = await conn.cursor()
-            await cursor.execute(f"SET statement_timeout = {int(self.statement_timeout * 1000)}")
-        except BaseException:
-            self._size -= 1
-            conn.close()
-            raise
-        return _Connection(conn, cursor, self)
+        return connection
 
     # -- acquire and release ---------------------------------------------------------
 
-    async def _acquire(self) -> _Connection:
+    async def _acquire(self, fresh: bool = False) -> _Connection:
+        """An idle connection, else a new one, else the next one released.
+
+        ``fresh``: a new connection if the pool has room, not an idle one.
+        """
         if self._closed:
             raise DatabaseUnavailable("the database pool is closed")
-        while self._idle:
+        while self._idle and not fresh:
             connection = self._idle.popleft()
             if connection.reusable:
                 return connection
@@ -423,7 +579,7 @@ class Database(_Queries):
             self._size += 1
             try:
                 return await self._connect()
-            except (*_DISCONNECTS, OSError, TimeoutError) as exc:
+            except _CONNECT_ERRORS as exc:
                 raise DatabaseUnavailable() from exc
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[_Connection] = loop.create_future()
@@ -443,12 +599,12 @@ class Database(_Queries):
                 self._gave_up()
 
     def _gave_up(self) -> None:
-        """A waiter timed out, was cancelled or failed; _release and _replace skip it.
+        """A waiter timed out, was cancelled or failed; _release and _short skip it.
 
         Taking it out of the queue at once would scan it, O(n) a request with
         thousands waiting. Instead the queue is swept once the waiters that gave
         up since the last sweep could be half of it: O(1) each, amortised. (The
-        count is an upper bound — _release and _replace also pop such waiters —
+        count is an upper bound — _release and _short also pop such waiters —
         which only makes a sweep come earlier.)
         """
         self._given_up += 1
@@ -459,9 +615,6 @@ class Database(_Queries):
     def _release(self, connection: _Connection) -> None:
         if self._closed or not connection.reusable:
             self._discard(connection)
-            if not self._closed and self._waiters:
-                self._size += 1
-                asyncio.get_running_loop().create_task(self._replace())
             return
         while self._waiters:
             waiter = self._waiters.popleft()
@@ -470,27 +623,79 @@ class Database(_Queries):
                 return
         self._idle.append(connection)
 
-    def _drop_idle(self) -> None:
-        while self._idle:
-            self._discard(self._idle.popleft())
-
     def _discard(self, connection: _Connection) -> None:
         self._size -= 1
-        if not connection.conn.closed:
-            connection.conn.close()
+        connection.close()
+        self._reconnect()
 
-    async def _replace(self) -> None:
-        """Open a connection for the oldest waiter, after a broken one was dropped."""
-        try:
-            connection = await self._connect()
-        except Exception as exc:
-            while self._waiters:
-                waiter = self._waiters.popleft()
-                if not waiter.done():
-                    waiter.set_exception(_translate(exc))
-                    return
+    def _fail_waiters(self, message: str, cause: BaseException | None = None) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                error = DatabaseUnavailable(message)
+                error.__cause__ = cause
+                waiter.set_exception(error)
+        self._given_up = 0
+
+    # -- lost connections ---------------------------------------------------------------
+
+    def _lost(self, connection: _Connection, exc: BaseException) -> None:
+        """``connection`` died with its backend (closed already): drop it if idle, log it, reconnect."""
+        if self._closed:
             return
-        self._release(connection)
+        if connection in self._idle:
+            self._idle.remove(connection)
+            self._size -= 1
+        self._losses += 1
+        if not self._loss_reason:
+            self._loss_reason = str(exc).strip().partition("\n")[0] or type(exc).__name__
+        if self._loss_report is None:
+            loop = asyncio.get_running_loop()
+            at = max(loop.time() + _LOSS_REPORT_DELAY, self._last_loss_report + _LOSS_REPORT_GAP)
+            self._loss_report = loop.call_at(at, self._report_losses)
+        self._reconnect()
+
+    def _report_losses(self) -> None:
+        self._loss_report = None
+        self._last_loss_report = asyncio.get_running_loop().time()
+        count, self._losses = self._losses, 0
+        reason, self._loss_reason = self._loss_reason, ""
+        logger.warning(
+            "lost %d connection%s to PostgreSQL: %s%s",
+            count,
+            "" if count == 1 else "s",
+            reason,
+            "" if self._closed else "; reconnecting",
+        )
+
+    def _reconnect(self) -> None:
+        """Reopen connections in the background while the pool is short (see _short)."""
+        if self._reconnecting is None and not self._closed and self._short():
+            self._reconnecting = asyncio.get_running_loop().create_task(self._reopen())
+
+    def _short(self) -> bool:
+        """Below min_size, or below max_size with requests waiting."""
+        while self._waiters and self._waiters[0].done():
+            self._waiters.popleft()
+        return self._size < self.min_size or (bool(self._waiters) and self._size < self.max_size)
+
+    async def _reopen(self) -> None:
+        delay = _RECONNECT_DELAY
+        try:
+            while not self._closed and self._short():
+                self._size += 1
+                try:
+                    connection = await self._connect()
+                except Exception as exc:
+                    # Still unreachable: the waiters hear it now rather than at their timeout.
+                    self._fail_waiters("database unavailable", exc)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, _RECONNECT_MAX_DELAY)
+                    continue
+                delay = _RECONNECT_DELAY
+                self._release(connection)
+        finally:
+            self._reconnecting = None
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Transaction]:
@@ -508,15 +713,14 @@ class Database(_Queries):
         if current is not None:
             return await current._execute(sql, params)
         for attempt in (1, 2):
-            connection = await self._acquire()
+            connection = await self._acquire(fresh=attempt == 2)
             try:
                 return await connection.execute(sql, params)
             except psycopg2.Error as exc:
-                # A connection that died with its backend (restart, pg_terminate_backend)
-                # fails on first use. Its idle siblings most likely died with it: drop
-                # them, and try a read once more on a fresh connection.
-                if connection.broken:
-                    self._drop_idle()
+                # A connection whose backend died (restart, pg_terminate_backend) can
+                # fail on first use, before its socket said so, and so can its idle
+                # siblings (a backend told to end ends a little later): a read is
+                # tried once more, on a new connection.
                 if attempt == 1 and connection.broken and _is_read(sql):
                     continue
                 raise _translate(exc) from exc

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -174,6 +176,22 @@ async def test_waiters_that_give_up_do_not_pile_up(database_url):
         assert db.size == 1
 
 
+def kill_backends(url: str, application_name: str) -> int:
+    """``pg_terminate_backend`` every connection named ``application_name``; how many there were."""
+    admin = psycopg2.connect(url)
+    admin.autocommit = True
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
+                (application_name,),
+            )
+            killed: int = cursor.fetchone()[0]
+            return killed
+    finally:
+        admin.close()
+
+
 async def test_killed_backends_give_503_then_recover(database_url):
     app = App()
     db = Database(database_url, min_size=4, max_size=4, application_name="aiorest-kill-test")
@@ -189,19 +207,6 @@ async def test_killed_backends_give_503_then_recover(database_url):
 
     from aiorest.testing import TestClient
 
-    def kill_backends() -> int:
-        admin = psycopg2.connect(database_url)
-        admin.autocommit = True
-        try:
-            with admin.cursor() as cursor:
-                cursor.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
-                    ("aiorest-kill-test",),
-                )
-                return len(cursor.fetchall())
-        finally:
-            admin.close()
-
     async with TestClient(app) as client:
 
         async def in_flight() -> tuple[int, dict]:
@@ -210,7 +215,7 @@ async def test_killed_backends_give_503_then_recover(database_url):
 
         request = asyncio.create_task(in_flight())
         await asyncio.sleep(0.3)
-        assert await asyncio.to_thread(kill_backends) >= 1
+        assert await asyncio.to_thread(kill_backends, database_url, "aiorest-kill-test") >= 1
         status, body = await request
         assert status == 503 and body["error"]["status"] == 503  # in flight at the kill: 503, no traceback
         for _ in range(10):  # later requests succeed with no manual step
@@ -218,7 +223,7 @@ async def test_killed_backends_give_503_then_recover(database_url):
                 assert response.status == 200
                 assert await response.json() == {"one": 1}
         # killed again, with reads arriving right after: a read is retried once on a fresh connection
-        await asyncio.to_thread(kill_backends)
+        await asyncio.to_thread(kill_backends, database_url, "aiorest-kill-test")
         statuses = []
         for _ in range(8):
             async with client.get("/one") as response:
@@ -244,38 +249,31 @@ async def test_open_without_a_dsn_says_what_to_do(monkeypatch):
         await Database().open()
 
 
-async def test_survives_a_postgresql_restart(tmp_path_factory):
-    pgserver = pytest.importorskip("pgserver")
-    directory = tmp_path_factory.mktemp("restart-pg")
-    server = pgserver.get_server(str(directory), cleanup_mode="delete")
+async def test_lost_idle_connections_are_replaced_and_logged_once_per_burst(database_url, caplog):
+    # Idle connections are watched: their loss is seen without a request, the
+    # pool refills to min_size by itself, and one line counts the burst; a
+    # second burst within the quiet interval is counted, not logged at once.
+    db = Database(database_url, min_size=4, max_size=4, application_name="aiorest-lost-idle")
+    await db.open()
     try:
-        app = App()
-        db = Database(str(server.get_uri()), min_size=2, max_size=4, acquire_timeout=1)
-        db.setup(app)
-
-        @app.get("/one")
-        async def one(request: Request) -> dict[str, int]:
-            return {"one": await db.fetchval("SELECT 1")}
-
-        from aiorest.testing import TestClient
-
-        def restart() -> None:
-            pgserver.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=directory, user=server.system_user, timeout=30)
-
-        async with TestClient(app) as client:
-            async with client.get("/one") as response:
-                assert response.status == 200
-            restarting = asyncio.create_task(asyncio.to_thread(restart))
-            statuses = []
-            while not restarting.done():
-                async with client.get("/one") as response:
-                    statuses.append(response.status)
-                    assert response.status in (200, 503), await response.text()  # never a 500
+        assert await asyncio.to_thread(kill_backends, database_url, "aiorest-lost-idle") == 4
+        async with asyncio.timeout(5):
+            while not (db.size == db.idle == 4 and len(lost_lines(caplog)) == 1):
                 await asyncio.sleep(0.02)
-            await restarting
-            for _ in range(5):  # back by itself, no manual step
-                async with client.get("/one") as response:
-                    assert response.status == 200
-            assert statuses, "no request was made while PostgreSQL restarted"
+        assert re.fullmatch(r"lost 4 connections to PostgreSQL: .+; reconnecting", lost_lines(caplog)[0])
+        assert await asyncio.to_thread(kill_backends, database_url, "aiorest-lost-idle") == 4
+        async with asyncio.timeout(5):
+            while db.size != 4 or db.idle != 4 or await db.fetchval("SELECT 1") != 1:
+                await asyncio.sleep(0.02)
+        await asyncio.sleep(0.6)
+        assert len(lost_lines(caplog)) == 1
     finally:
-        server.cleanup()
+        await db.close()
+    gc.collect()  # a future dropped with an exception nobody retrieved is logged now
+    lines = lost_lines(caplog)
+    assert len(lines) == 2 and re.fullmatch(r"lost 4 connections to PostgreSQL: [^;]+", lines[1])
+    assert not [record for record in caplog.records if record.levelno >= 30 and record.name != "aiorest.db"]
+
+
+def lost_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.name == "aiorest.db"]
