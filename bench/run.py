@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: bench/ is a package
 
+from bench.host import describe, one_line  # noqa: E402
 from bench.process import ServerError, ServerProcess, postgres_pids, postgres_pinned  # noqa: E402
 from bench.stats import Summary, bar_chart, median, paired_ratio, summarise  # noqa: E402
 from bench.wrk import WrkResult, require_wrk, run_wrk  # noqa: E402
@@ -265,6 +266,7 @@ def main() -> None:
     paths = select(SUITES[args.suite][1], lambda p: p.lstrip("/").split("?")[0], args.endpoints, "endpoint")
     levels = [int(x) for x in (args.connections or ("64,256" if args.suite == "db" else "64")).split(",")]
     env = suite_environment(args.suite, args.dsn)
+    host = describe()  # before the load: its load average says how busy the machine was
     out = ROOT / "bench" / "out" / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{args.suite}"
     out.mkdir(parents=True)
     raw: list[Record] = []
@@ -283,9 +285,10 @@ def main() -> None:
         raise SystemExit(failure or "nothing was measured")
     summary = summarise_suite(raw, args.suite, [c.name for c in contenders], paths)
     summary["command"] = " ".join(sys.argv)
+    summary["host"] = host
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     table = markdown(summary)
-    (out / "summary.md").write_text(f"`{summary['command']}`\n\n{table}\n")
+    (out / "summary.md").write_text(f"`{summary['command']}`\n\n{one_line(host)}\n\n{table}\n")
     plotted = plot(summary, out / "throughput.png")
     print(table)
     print(f"\nwritten to {out}" + ("" if plotted else " (no PNG: pip install matplotlib)"))

@@ -81,3 +81,16 @@ def test_profile_charges_each_sample_to_its_innermost_known_frame():
     # Without native frames, uvloop's own time lands on the frame that started the loop.
     assert group_of(["<module> (app.py:1)", "Runner.run (asyncio/runners.py:118)"]) == "event loop (uvloop/asyncio)"
     assert group_of(["run_app (aiohttp/web.py:502)", "data_received (aiohttp/web_protocol.py:1)"]) == "aiohttp"
+
+
+def test_a_run_records_its_host_and_the_versions_it_measured():
+    from bench.host import describe, one_line
+
+    host = describe()
+    versions = host["versions"]
+    assert isinstance(versions, dict)
+    assert versions["httptools"] and versions["uvloop"] and versions["aiohttp"]
+    assert host["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert isinstance(host["cores"], int) and len(host["load_average"]) == 3
+    line = one_line(host)
+    assert f"aiohttp {versions['aiohttp']}" in line and f"Python {host['python']}" in line
