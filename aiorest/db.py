@@ -14,18 +14,10 @@ which gave second-long tails under load), keeps one cursor per connection,
 prepares each statement once per connection, and awaits a query without
 ``asyncio.wait_for`` (a ``call_later`` handle is the statement timeout). These
 four measured 2x the throughput of the usual aiopg.Pool code (../shared/PERF.md).
+The connections are our own too, one ``_Connection`` each (pgconnection.py says why).
 
-Why connections of our own and not aiopg's: libpq closes a connection's socket
-itself when the server goes away, and a reader or writer still registered on
-the loop for that descriptor poisons its number for the next socket that gets
-it (uvloop: ``RuntimeError: unable to perform operation on <UVPoll
-closed=True>``, or an abort; asyncio: OSError). aiopg 1.4 leaves the writer
-registered when a connection attempt fails while it waits to write, which a
-PostgreSQL restart under load does hundreds of times. Here a socket is watched
-only by its ``_Connection`` (or by the connect loop, one wait at a time), and
-unwatched in the same step that finds the connection closed.
-
-Failures are HTTP answers (the exceptions below are HTTPErrors): pool exhausted
+Failures are HTTP answers (the exceptions exported here are HTTPErrors, defined
+beside the connection in pgconnection.py, which raises one): pool exhausted
 past the acquire timeout and database unreachable or restarting → 503 with
 ``Retry-After``; unique violation → 409; check, foreign-key or not-null
 violation → 422; statement timeout → 503. Connections lost with their server
@@ -38,18 +30,25 @@ import asyncio
 import contextvars
 import logging
 import os
-import re
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import psycopg2
 import psycopg2.errors
-import psycopg2.extensions
-import psycopg2.extras
 
-from .exceptions import HTTPConflict, HTTPServiceUnavailable, HTTPUnprocessableEntity
+from .pgconnection import (
+    ConstraintViolation,
+    DatabaseError,
+    DatabaseUnavailable,
+    Params,
+    PoolTimeout,
+    StatementTimeout,
+    UniqueViolation,
+    _connect_raw,
+    _Connection,
+)
 
 if TYPE_CHECKING:
     from .app import App
@@ -67,11 +66,6 @@ __all__ = [
 
 logger = logging.getLogger("aiorest.db")
 
-Params = Sequence[Any] | dict[str, Any] | None
-
-_IDLE = psycopg2.extensions.TRANSACTION_STATUS_IDLE
-_POLL_OK = psycopg2.extensions.POLL_OK
-_POLL_WRITE = psycopg2.extensions.POLL_WRITE
 _DISCONNECTS = (psycopg2.OperationalError, psycopg2.InterfaceError)
 _CONNECT_ERRORS = (*_DISCONNECTS, OSError, TimeoutError)
 # Lost connections are logged as one line per burst: a restart ends them all
@@ -80,47 +74,10 @@ _CONNECT_ERRORS = (*_DISCONNECTS, OSError, TimeoutError)
 # the log (each line counts every loss since the previous one).
 _LOSS_REPORT_DELAY = 0.5
 _LOSS_REPORT_GAP = 10.0
-# A statement in flight polls its connection this often (seconds), events or not.
-_POLL_EVERY = 0.25
 # A pool below min_size (or with requests waiting) reconnects in the background,
 # this long after a failed attempt, doubling up to _RECONNECT_MAX_DELAY.
 _RECONNECT_DELAY = 0.05
 _RECONNECT_MAX_DELAY = 1.0
-_PREPARABLE = re.compile(r"^\s*(select|insert|update|delete|with|values)\b", re.IGNORECASE)
-_PLACEHOLDER = re.compile(r"%%|%s")
-
-
-class DatabaseError(Exception):
-    """Base of the database errors that become HTTP answers."""
-
-
-class DatabaseUnavailable(DatabaseError, HTTPServiceUnavailable):
-    """503: PostgreSQL cannot be reached, or the connection died mid-request."""
-
-    def __init__(self, message: str = "database unavailable") -> None:
-        super().__init__(message, retry_after=1)
-
-
-class PoolTimeout(DatabaseError, HTTPServiceUnavailable):
-    """503: every connection stayed busy for longer than the acquire timeout."""
-
-    def __init__(self, message: str = "database busy: no connection free in time") -> None:
-        super().__init__(message, retry_after=1)
-
-
-class StatementTimeout(DatabaseError, HTTPServiceUnavailable):
-    """503: a statement ran longer than the statement timeout."""
-
-    def __init__(self, message: str = "database statement timed out") -> None:
-        super().__init__(message, retry_after=1)
-
-
-class UniqueViolation(DatabaseError, HTTPConflict):
-    """409: a row with the same unique key exists."""
-
-
-class ConstraintViolation(DatabaseError, HTTPUnprocessableEntity):
-    """422: a check, foreign-key or not-null constraint refused the data."""
 
 
 def _translate(exc: BaseException) -> BaseException:
@@ -140,225 +97,6 @@ def _translate(exc: BaseException) -> BaseException:
     if isinstance(exc, _DISCONNECTS):
         return DatabaseUnavailable()
     return exc
-
-
-def _to_dollar(sql: str) -> str | None:
-    """``%s`` placeholders as ``$1, $2…`` for PREPARE; None if the text can't be prepared."""
-    if not _PREPARABLE.match(sql) or "%(" in sql:
-        return None
-    count = 0
-
-    def number(match: re.Match[str]) -> str:
-        nonlocal count
-        if match.group() == "%%":
-            return "%"
-        count += 1
-        return f"${count}"
-
-    return _PLACEHOLDER.sub(number, sql)
-
-
-def _literals(params: Sequence[Any]) -> str | None:
-    """Integers as SQL literals, without psycopg2's adaptation (7 µs a statement, measured).
-
-    Anything but int (and not bool) returns None: psycopg2 quotes it.
-    """
-    for value in params:
-        if type(value) is not int:
-            return None
-    return ", ".join(map(str, params))
-
-
-class _Connection:
-    """One psycopg2 asynchronous connection: its socket on the loop, its one cursor, its prepared statements.
-
-    The socket's reader stays registered while the connection is open, so a
-    connection that dies while idle in the pool (PostgreSQL restarted, backend
-    terminated) is found at once, closed, and reported to the pool. Whatever
-    finds the connection closed unwatches it in the same step: libpq has
-    already closed the socket, and its number is free for the next one.
-    """
-
-    def __init__(self, raw: psycopg2.extensions.connection, db: Database) -> None:
-        self.raw = raw
-        self._cursor = raw.cursor()
-        self._db = db
-        self._loop = asyncio.get_running_loop()
-        self._fd = raw.fileno()
-        self._writing = False
-        self._waiter: asyncio.Future[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._ticks = 0  # _POLL_EVERY periods the statement in flight has run
-        self._prepared: dict[str, str] = {}
-        self._timed_out = False
-        self.broken = False
-        self._loop.add_reader(self._fd, self._ready)
-
-    @property
-    def reusable(self) -> bool:
-        return not self.broken and not self.raw.closed and self.raw.get_transaction_status() == _IDLE
-
-    async def execute(self, sql: str, params: Params = None, *, prepare: bool = True) -> Any:
-        """Run one statement; returns psycopg2's cursor, positioned on the results."""
-        if prepare and self._db.prepare and not isinstance(params, dict):
-            name = self._prepared.get(sql)
-            if name is None:
-                dollar = _to_dollar(sql)
-                if dollar is not None:
-                    name = f"aiorest_{len(self._prepared)}"
-                    await self._run(f"PREPARE {name} AS {dollar}", None)
-                    self._prepared[sql] = name
-            if name is not None:
-                if not params:
-                    return await self._run(f"EXECUTE {name}", None)
-                literals = _literals(params)
-                if literals is not None:
-                    return await self._run(f"EXECUTE {name} ({literals})", None)
-                return await self._run(f"EXECUTE {name} ({', '.join(['%s'] * len(params))})", params)
-        return await self._run(sql, params)
-
-    async def _run(self, sql: str, params: Params) -> Any:
-        waiter = self._loop.create_future()
-        self._waiter = waiter
-        try:
-            self._cursor.execute(sql, params)
-        except BaseException as exc:
-            self._waiter = None
-            self.broken = True
-            if self.raw.closed:
-                self._lose(exc)
-            raise
-        self._ready()
-        self._ticks = 0
-        self._timer = self._loop.call_later(_POLL_EVERY, self._tick)
-        try:
-            await waiter
-        except psycopg2.Error as exc:
-            if self._timed_out:
-                raise StatementTimeout() from exc
-            raise
-        finally:
-            self._timer.cancel()
-            self._waiter = None
-        return self._cursor
-
-    def _tick(self) -> None:
-        """Every _POLL_EVERY while a statement runs: poll the connection anyway, and end a silent one.
-
-        libuv (uvloop) stops watching a socket that the server reset with its
-        last message, without a callback: a statement in flight on it would
-        wait for nothing. And PostgreSQL's own statement_timeout fires first
-        and keeps the connection; closing it a second later is the safety net
-        for a silent server.
-        """
-        self._ticks += 1
-        if self._ticks * _POLL_EVERY > self._db.statement_timeout + 1.0:
-            self._on_timeout()
-            return
-        self._ready()
-        self._timer = self._loop.call_later(_POLL_EVERY, self._tick)
-
-    def _ready(self) -> None:
-        """The socket is readable, or writable while a statement is sent: let libpq go on."""
-        raw = self.raw
-        try:
-            state = raw.poll()
-        except psycopg2.Error as exc:
-            waiter = self._waiter
-            if waiter is not None and not waiter.done():
-                waiter.set_exception(exc)
-            if raw.closed:
-                self._lose(exc)
-            elif self._writing:
-                self._stop_writing()
-            return
-        if raw.notifies:  # a LISTEN the pool does not serve: keep the list bounded
-            raw.notifies.clear()
-        if state == _POLL_OK:
-            if self._writing:
-                self._stop_writing()
-            waiter = self._waiter
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
-        elif state == _POLL_WRITE:
-            if not self._writing:
-                self._loop.add_writer(self._fd, self._ready)
-                self._writing = True
-        elif self._writing:  # POLL_READ: the statement is sent
-            self._stop_writing()
-
-    def _stop_writing(self) -> None:
-        self._writing = False
-        self._loop.remove_writer(self._fd)
-
-    def _lose(self, exc: BaseException) -> None:
-        """The connection died with its backend: close it and tell the pool."""
-        if self._fd < 0:
-            return  # closed already
-        self.broken = True
-        self.close()
-        self._db._lost(self, exc)
-
-    def close(self) -> None:
-        """Unwatch the socket and close the connection; a statement in flight fails."""
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            # Both registrations go in this one step: on a socket libpq closed,
-            # one left behind would poison the descriptor for its next owner.
-            # The first removal may raise, having forgotten the descriptor:
-            # asyncio's selector loop OSError on a closed socket, uvloop
-            # RuntimeError on a watch libuv ended itself (a reset socket).
-            if self._writing:
-                self._writing = False
-                with suppress(OSError, RuntimeError):
-                    self._loop.remove_writer(fd)
-            with suppress(OSError, RuntimeError):
-                self._loop.remove_reader(fd)
-        self.raw.close()
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(psycopg2.OperationalError("the connection was closed"))
-
-    def _on_timeout(self) -> None:
-        # A psycopg2 asynchronous connection cannot cancel cleanly mid-query: close it.
-        self._timed_out = True
-        self.broken = True
-        self.close()
-
-
-async def _connect_raw(dsn: str, application_name: str) -> psycopg2.extensions.connection:
-    """A psycopg2 asynchronous connection, once libpq has finished connecting.
-
-    Each wait watches the socket libpq names now, and stops watching before
-    libpq runs again: libpq may close that socket and open another (the next
-    address of a host name, a retry without SSL).
-    """
-    raw = psycopg2.connect(dsn, async_=True, application_name=application_name)
-    try:
-        loop = asyncio.get_running_loop()
-        while (state := raw.poll()) != _POLL_OK:
-            fd = raw.fileno()
-            ready = loop.create_future()
-            if state == _POLL_WRITE:
-                watch, unwatch = loop.add_writer, loop.remove_writer
-            else:
-                watch, unwatch = loop.add_reader, loop.remove_reader
-            watch(fd, _wake, ready)
-            try:
-                await ready
-            finally:
-                unwatch(fd)
-    except BaseException:
-        raw.close()
-        raise
-    # uuid columns as uuid.UUID, as aiopg did (JSON and JSONB are psycopg2's defaults)
-    psycopg2.extras.register_uuid(conn_or_curs=raw)  # type: ignore[no-untyped-call]
-    return raw
-
-
-def _wake(ready: asyncio.Future[None]) -> None:
-    if not ready.done():
-        ready.set_result(None)
 
 
 class _Queries:
@@ -548,7 +286,12 @@ class Database(_Queries):
         assert self.dsn is not None
         try:
             async with asyncio.timeout(self.connect_timeout):
-                connection = _Connection(await _connect_raw(self.dsn, self.application_name), self)
+                connection = _Connection(
+                    await _connect_raw(self.dsn, self.application_name),
+                    prepare=self.prepare,
+                    statement_timeout=self.statement_timeout,
+                    lost=self._lost,
+                )
                 try:
                     timeout = int(self.statement_timeout * 1000)
                     await connection.execute(f"SET statement_timeout = {timeout}", prepare=False)
