@@ -141,7 +141,7 @@ class Pool:
             application_name="baseline",
             options=f"-c statement_timeout={self._statement_timeout_ms}",
         )
-        conn.autocommit = True  # as aiorest's aiopg connections: a statement is its own transaction
+        conn.autocommit = True  # as aiorest's connections: a statement is its own transaction
         return conn
 
     @contextmanager
