@@ -17,6 +17,7 @@ SameSite = Literal["lax", "strict", "none"]
 # RFC 6265 cookie-name is a token; the value may not hold CTLs, whitespace,
 # DQUOTE, comma, semicolon or backslash unless the whole value is quoted.
 _NAME_RE = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_QUOTED_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', ";": "\\073", ",": "\\054"})
 _PLAIN_VALUE_RE = re.compile(r"^[!#-+\--:<-\[\]-~]*$")
 
 
@@ -124,7 +125,10 @@ def format_set_cookie(
         raise ValueError(f"invalid cookie name {key!r}: it must be a token (letters, digits, !#$%&'*+-.^_`|~)")
     if not _PLAIN_VALUE_RE.match(value):
         check_header_value(value, f"cookie value for {key!r}")
-        value = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        # Quoted, with ; and , as octal escapes (http.cookies' way, which parse_cookie
+        # reads back): browsers end a cookie's value at the first ; whatever the
+        # quotes, and the rest would be read as attributes (Domain=, Max-Age=).
+        value = '"' + value.translate(_QUOTED_ESCAPES) + '"'
     parts = [f"{key}={value}"]
     if max_age is not None:
         parts.append(f"Max-Age={int(max_age)}")

@@ -78,7 +78,16 @@ class HTTPError(Exception):
         super().__init__(message)
         self.message = message
         self.details = details
-        self.headers: MutableMapping[str, str] = _CheckedHeaders(headers)
+        self.headers = headers or {}
+
+    @property
+    def headers(self) -> MutableMapping[str, str]:
+        """Headers of the error's response; each is checked when set, assigned anew or added."""
+        return self._headers
+
+    @headers.setter
+    def headers(self, headers: Mapping[str, str]) -> None:
+        self._headers: MutableMapping[str, str] = _CheckedHeaders(headers)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON body of this error."""
@@ -98,6 +107,9 @@ class _CheckedHeaders(MutableMapping[str, str]):
 
     def __setitem__(self, name: str, value: str) -> None:
         _check_header(name, value)  # update() and setdefault() come through here too
+        lname = name.lower()
+        for other in [key for key in self._headers if key.lower() == lname and key != name]:
+            del self._headers[other]  # one value a name, whatever its case: Retry-After is retry-after
         self._headers[name] = value
 
     def __getitem__(self, name: str) -> str:

@@ -22,7 +22,7 @@ class Response:
     type gets ``; charset=utf-8`` unless it names a charset. ``Content-Length`` is
     always computed by the server; do not set it yourself.
 
-    ``status`` (an int from 100 to 599) and ``media_type`` are checked when set,
+    ``status`` (an int from 200 to 599) and ``media_type`` are checked when set,
     in the constructor or later, so that nothing a handler sets can inject a header.
     """
 
@@ -45,7 +45,7 @@ class Response:
                 raise TypeError(
                     f"Response body must be bytes or str, not {type(body).__name__}; use JSONResponse for data"
                 )
-        self._status = status if type(status) is int and 100 <= status <= 599 else _checked_status(status)
+        self._status = status if type(status) is int and 200 <= status <= 599 else _checked_status(status)
         self.body: bytes | bytearray | memoryview = body
         if media_type is None:
             media_type = "application/octet-stream"
@@ -59,7 +59,7 @@ class Response:
 
     @status.setter
     def status(self, status: int) -> None:
-        self._status = status if type(status) is int and 100 <= status <= 599 else _checked_status(status)
+        self._status = status if type(status) is int and 200 <= status <= 599 else _checked_status(status)
 
     @property
     def media_type(self) -> str:
@@ -147,7 +147,7 @@ class JSONResponse(Response):
     __slots__ = ("data",)
 
     def __init__(self, data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> None:
-        self._status = status if type(status) is int and 100 <= status <= 599 else _checked_status(status)
+        self._status = status if type(status) is int and 200 <= status <= 599 else _checked_status(status)
         self.data = data
         self.body = b""
         self._media_type = "application/json"
@@ -182,12 +182,17 @@ class StreamResponse(Response):
 
 
 def _checked_status(status: object) -> int:
-    """``status`` as a plain int; anything but an int from 100 to 599 is refused."""
+    """``status`` as a plain int; anything but an int from 200 to 599 is refused.
+
+    A 1xx is an interim answer, followed by the real one: as a handler's response
+    its body would be read as the next response's head. The server sends its
+    own ``100 Continue`` when a handler reads the body.
+    """
     # An IntEnum such as HTTPStatus.CREATED is welcome; True is not a status.
     if not isinstance(status, int) or isinstance(status, bool):
-        raise TypeError(f"status must be an int from 100 to 599, not {type(status).__name__}")
-    if not 100 <= status <= 599:
-        raise ValueError(f"status must be from 100 to 599, got {status}")
+        raise TypeError(f"status must be an int from 200 to 599, not {type(status).__name__}")
+    if not 200 <= status <= 599:
+        raise ValueError(f"status must be from 200 to 599 (a 1xx is not a final response), got {status}")
     return int(status)
 
 

@@ -142,6 +142,15 @@ def test_http_error_headers_are_a_mutable_mapping():
     assert list(exc.headers) == ["WWW-Authenticate", "X-Other"]
 
 
+def test_http_error_headers_assigned_anew_are_checked_too():
+    exc = HTTPNotFound()
+    with pytest.raises(ValueError, match="CR, LF, NUL"):
+        exc.headers = {"X-Tag": "a\r\nSet-Cookie: a=1"}
+    exc.headers = {"Retry-After": "1"}
+    exc.headers["retry-after"] = "2"  # the same header: one value, not two lines
+    assert dict(exc.headers) == {"retry-after": "2"}
+
+
 @pytest.mark.parametrize("status", ["404", True, 404.0], ids=repr)
 def test_http_error_status_must_be_an_int(status):
     with pytest.raises(TypeError, match="must be an int"):
