@@ -306,7 +306,6 @@ class HandlerDriver:
                 self.transport,
                 response,
                 body,
-                self._codec,
                 head_request=request.method == "HEAD",
                 header_lines=self._state.header_lines,
                 connection=self._connection_line(request),

@@ -11,7 +11,6 @@ handler set it (see Response and Headers); nothing is validated here.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,8 +21,6 @@ from .serverstate import ServerState
 from .wire import CONTENT_TYPE_LINES, STATUS_BYTES, STATUS_LINES, content_type_line
 
 __all__ = ["CLOSE", "KEEP_ALIVE", "short_answer", "response_head", "write_response", "write_stream", "write_error"]
-
-logger = logging.getLogger("aiorest.error")
 
 CLOSE = "Connection: close\r\n"
 KEEP_ALIVE = "Connection: keep-alive\r\n"  # for an HTTP/1.0 client that asked to keep alive
@@ -66,7 +63,7 @@ def response_head(response: Response, length: int | None, chunked: bool, header_
     """The head of ``response``: ``length`` None means a streamed body, chunked if ``chunked``.
 
     ``header_lines`` are the server's own (Server, Date); ``connection`` is the
-    Connection line, or "". Raises UnicodeEncodeError for a header that is not latin-1.
+    Connection line, or "". Every value was checked to be Latin-1 when it was set.
     """
     status = response._status
     content_type = response._media_type
@@ -95,21 +92,14 @@ def write_response(
     transport: asyncio.WriteTransport,
     response: Response,
     body: bytes | bytearray | memoryview,
-    codec: JSONCodec,
     *,
     head_request: bool,
     header_lines: str,
     connection: str,
 ) -> None:
     """Write a response whose body is in memory: a head with its Content-Length, then the body."""
-    try:
-        head = response_head(response, len(body), False, header_lines, connection)
-    except UnicodeEncodeError as exc:
-        logger.error("response header is not latin-1: %s", exc)
-        response = error_response(HTTPError())
-        body = response.render(codec)
-        head = response_head(response, len(body), False, header_lines, connection)
-    if head_request or response.status in _NO_BODY_STATUSES:
+    head = response_head(response, len(body), False, header_lines, connection)
+    if head_request or response._status in _NO_BODY_STATUSES:
         transport.write(head)
     elif len(body) > _LARGE_BODY:
         transport.write(head)  # not writelines(): see write_stream
@@ -127,7 +117,6 @@ def write_error(
         transport,
         response,
         response.render(codec),
-        codec,
         head_request=head_request,
         header_lines=header_lines,
         connection=CLOSE,
