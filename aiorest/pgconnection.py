@@ -171,6 +171,13 @@ class _Connection:
         return await self._run(sql, params)
 
     async def _run(self, sql: str, params: Params) -> Any:
+        if self._waiter is not None:
+            # psycopg2 would refuse it too, but only after this one had replaced
+            # the running statement's waiter, which then never completes.
+            raise RuntimeError(
+                "one statement at a time on a connection: another is running on it; tasks that share"
+                " a transaction or a db.connection() must await their statements in turn, not at once"
+            )
         waiter = self._loop.create_future()
         self._waiter = waiter
         try:

@@ -277,3 +277,19 @@ async def test_lost_idle_connections_are_replaced_and_logged_once_per_burst(data
 
 def lost_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [record.getMessage() for record in caplog.records if record.name == "aiorest.db"]
+
+
+async def test_two_statements_at_once_on_a_transaction_say_so_and_the_first_completes(db):
+    # Tasks started inside a transaction inherit it, so both statements go to its
+    # one connection: the second is refused, and the first still gets its answer.
+    async with asyncio.timeout(5):
+        async with db.transaction():
+            first, second = await asyncio.gather(
+                db.fetchval("SELECT %s::int FROM pg_sleep(0.1)", (1,)),
+                db.fetchval("SELECT %s::int FROM pg_sleep(0.1)", (2,)),
+                return_exceptions=True,
+            )
+            assert first == 1
+            assert isinstance(second, RuntimeError) and "one statement at a time" in str(second)
+            assert await db.fetchval("SELECT 3") == 3
+    assert db.idle == db.size
