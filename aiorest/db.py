@@ -270,6 +270,7 @@ class Database(_Queries):
         if self._reconnecting is not None:
             self._reconnecting.cancel()
             await asyncio.wait([self._reconnecting])
+            self._reconnecting = None  # _reopen's finally never ran if it was cancelled before its first step
 
     @property
     def size(self) -> int:
@@ -413,7 +414,8 @@ class Database(_Queries):
 
     def _reconnect(self) -> None:
         """Reopen connections in the background while the pool is short (see _short)."""
-        if self._reconnecting is None and not self._closed and self._short():
+        reconnecting = self._reconnecting
+        if (reconnecting is None or reconnecting.done()) and not self._closed and self._short():
             self._reconnecting = asyncio.get_running_loop().create_task(self._reopen())
 
     def _short(self) -> bool:

@@ -293,3 +293,22 @@ async def test_two_statements_at_once_on_a_transaction_say_so_and_the_first_comp
             assert isinstance(second, RuntimeError) and "one statement at a time" in str(second)
             assert await db.fetchval("SELECT 3") == 3
     assert db.idle == db.size
+
+
+async def test_pool_refills_after_an_open_that_failed_earlier(database_url, caplog):
+    # A failed open() cancels the reconnection it started before that task ran a
+    # step; the pool must still reconnect later, once opened.
+    db = Database("postgresql://postgres@127.0.0.1:1/postgres?connect_timeout=1", min_size=2, max_size=2)
+    with pytest.raises(psycopg2.OperationalError):
+        await db.open()
+    db.dsn = database_url
+    db.application_name = "aiorest-reopened"
+    await db.open()
+    try:
+        assert await asyncio.to_thread(kill_backends, database_url, "aiorest-reopened") == 2
+        async with asyncio.timeout(3):
+            while not (lost_lines(caplog) and db.size == db.idle == 2):  # the losses are seen, and replaced
+                await asyncio.sleep(0.02)
+        assert await db.fetchval("SELECT 1") == 1
+    finally:
+        await db.close()
