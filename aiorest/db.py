@@ -462,11 +462,12 @@ class Database(_Queries):
             try:
                 return await connection.execute(sql, params)
             except psycopg2.Error as exc:
-                # A connection whose backend died (restart, pg_terminate_backend) can
-                # fail on first use, before its socket said so, and so can its idle
-                # siblings (a backend told to end ends a little later): a read is
-                # tried once more, on a new connection.
-                if attempt == 1 and connection.broken and _is_read(sql):
+                # A connection whose backend died while idle (restart,
+                # pg_terminate_backend) can be taken before the loop hears of it:
+                # found dead before the statement was sent, a read is tried once
+                # more, on a new connection. Once sent it may have run (a nextval
+                # would advance twice), so it is not.
+                if attempt == 1 and connection.broken and not connection.sent and _is_read(sql):
                     continue
                 raise _translate(exc) from exc
             finally:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import select
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any
@@ -145,6 +146,11 @@ class _Connection:
         self._prepared: dict[str, str] = {}
         self._timed_out = False
         self.broken = False
+        # Whether the last statement was handed to libpq to send: one that failed
+        # before may be run again elsewhere, one sent may have run on the server.
+        self.sent = False
+        self._idle_check = select.poll()
+        self._idle_check.register(self._fd, select.POLLIN)
         self._loop.add_reader(self._fd, self._ready)
 
     @property
@@ -178,6 +184,8 @@ class _Connection:
                 "one statement at a time on a connection: another is running on it; tasks that share"
                 " a transaction or a db.connection() must await their statements in turn, not at once"
             )
+        self.sent = False
+        self._check_alive()
         waiter = self._loop.create_future()
         self._waiter = waiter
         try:
@@ -188,6 +196,7 @@ class _Connection:
             if self.raw.closed:
                 self._lose(exc)
             raise
+        self.sent = True
         self._ready()
         self._ticks = 0
         self._timer = self._loop.call_later(_POLL_EVERY, self._tick)
@@ -201,6 +210,30 @@ class _Connection:
             self._timer.cancel()
             self._waiter = None
         return self._cursor
+
+    def _check_alive(self) -> None:
+        """Raise if the server ended the connection while it was idle, before a statement is sent to it.
+
+        The socket's reader would find out, but not before the loop's next turn,
+        and libpq sends a statement to a closed socket without complaint (it
+        reports the failed write when it reads the answer): the statement
+        would then fail as if it had been in flight. So anything on an idle
+        connection's socket is read now (one poll syscall when there is
+        nothing): the end of the stream, or the FATAL message of a backend
+        ending (libpq files that among the notices, and the end of the stream
+        may not have followed yet).
+        """
+        if not self._idle_check.poll(0):
+            return
+        raw = self.raw
+        try:
+            raw.poll()
+            if raw.notices and raw.notices[-1].startswith("FATAL:"):
+                raise psycopg2.OperationalError(raw.notices[-1].strip())
+        except psycopg2.Error as exc:
+            self.broken = True
+            self._lose(exc)
+            raise
 
     def _tick(self) -> None:
         """Every _POLL_EVERY while a statement runs: poll the connection anyway, and end a silent one.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import re
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -176,22 +177,6 @@ async def test_waiters_that_give_up_do_not_pile_up(database_url):
         assert db.size == 1
 
 
-def kill_backends(url: str, application_name: str) -> int:
-    """``pg_terminate_backend`` every connection named ``application_name``; how many there were."""
-    admin = psycopg2.connect(url)
-    admin.autocommit = True
-    try:
-        with admin.cursor() as cursor:
-            cursor.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
-                (application_name,),
-            )
-            killed: int = cursor.fetchone()[0]
-            return killed
-    finally:
-        admin.close()
-
-
 async def test_killed_backends_give_503_then_recover(database_url):
     app = App()
     db = Database(database_url, min_size=4, max_size=4, application_name="aiorest-kill-test")
@@ -215,15 +200,18 @@ async def test_killed_backends_give_503_then_recover(database_url):
 
         request = asyncio.create_task(in_flight())
         await asyncio.sleep(0.3)
-        assert await asyncio.to_thread(kill_backends, database_url, "aiorest-kill-test") >= 1
+        await asyncio.to_thread(kill_backends, database_url, "aiorest-kill-test")
         status, body = await request
         assert status == 503 and body["error"]["status"] == 503  # in flight at the kill: 503, no traceback
         for _ in range(10):  # later requests succeed with no manual step
             async with client.get("/one") as response:
                 assert response.status == 200
                 assert await response.json() == {"one": 1}
-        # killed again, with reads arriving right after: a read is retried once on a fresh connection
-        await asyncio.to_thread(kill_backends, database_url, "aiorest-kill-test")
+        # killed again while idle, with reads arriving before the pool could notice: a read that
+        # finds its connection dead before sending is retried once, on a fresh connection (the
+        # loop is blocked until the backends are gone: a read sent to a backend still ending
+        # may have run there, and gets 503)
+        kill_backends(database_url, "aiorest-kill-test")
         statuses = []
         for _ in range(8):
             async with client.get("/one") as response:
@@ -312,3 +300,50 @@ async def test_pool_refills_after_an_open_that_failed_earlier(database_url, capl
         assert await db.fetchval("SELECT 1") == 1
     finally:
         await db.close()
+
+
+def kill_backends(url: str, application_name: str) -> int:
+    """``pg_terminate_backend`` every connection named ``application_name``, and wait until they exited; how many."""
+    admin = psycopg2.connect(url)
+    admin.autocommit = True
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute(
+                "SELECT array_agg(pid) FROM pg_stat_activity WHERE application_name = %s", (application_name,)
+            )
+            pids = cursor.fetchone()[0]
+            assert pids, f"no connection named {application_name}"
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s) AS pid", (pids,))
+            for _ in range(500):
+                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,))
+                if cursor.fetchone()[0] == 0:
+                    return len(pids)
+                time.sleep(0.01)
+        raise AssertionError(f"the backends of {application_name} outlived pg_terminate_backend by 5 s")
+    finally:
+        admin.close()
+
+
+async def test_a_read_on_a_connection_that_died_idle_is_retried(database_url):
+    async with opened(database_url, application_name="aiorest-died-idle") as db:
+        assert await db.fetchval("SELECT 1") == 1
+        # Blocking the loop on purpose: the pool cannot notice the loss before the next read.
+        kill_backends(database_url, "aiorest-died-idle")
+        assert await db.fetchval("SELECT 2") == 2  # on a new connection
+
+
+async def test_a_read_in_flight_when_its_connection_dies_is_not_retried(database_url):
+    # The server may have run it: nextval must not advance twice.
+    async with opened(database_url, application_name="aiorest-died-busy") as db:
+        await db.execute("CREATE SEQUENCE s")
+
+        async def kill_soon() -> None:
+            await asyncio.sleep(0.3)
+            await asyncio.to_thread(kill_backends, database_url, "aiorest-died-busy")
+
+        killer = asyncio.create_task(kill_soon())
+        with pytest.raises(DatabaseUnavailable) as unavailable:
+            await db.fetchval("SELECT nextval('s'), pg_sleep(1)")
+        await killer
+        assert unavailable.value.status == 503
+        assert await db.fetchrows("SELECT last_value, is_called FROM s") == [(1, True)]  # advanced once
