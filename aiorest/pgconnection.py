@@ -2,7 +2,7 @@
 
 ``_connect_raw`` connects without blocking the loop; ``_Connection`` then runs
 one statement at a time on it through its one cursor, prepares each statement
-text once, and ends a statement that outlives the statement timeout. It knows
+text once (the first 256 texts), and ends a statement that outlives the statement timeout. It knows
 nothing of a pool: it is told when made whether to prepare, the statement
 timeout, and whom to tell when it dies with its backend.
 
@@ -43,6 +43,9 @@ _POLL_OK = psycopg2.extensions.POLL_OK
 _POLL_WRITE = psycopg2.extensions.POLL_WRITE
 # A statement in flight polls its connection this often (seconds), events or not.
 _POLL_EVERY = 0.25
+# Statement texts prepared per connection; past this, a new text runs unprepared
+# (each prepared statement holds its plan in the backend for the connection's life).
+_PREPARED_MAX = 256
 _PREPARABLE = re.compile(r"^\s*(select|insert|update|delete|with|values)\b", re.IGNORECASE)
 _PLACEHOLDER = re.compile(r"%%|%s")
 
@@ -116,7 +119,7 @@ class _Connection:
     finds the connection closed unwatches it in the same step: libpq has
     already closed the socket, and its number is free for the next one.
 
-    ``prepare``: prepare each statement text once (``execute`` may still be told
+    ``prepare``: prepare each statement text once, up to _PREPARED_MAX texts (``execute`` may still be told
     not to). ``statement_timeout``: seconds a statement may run; a second past
     it, the connection is closed and the statement raises StatementTimeout
     (PostgreSQL's own statement_timeout, which the caller sets, ends it first).
@@ -161,7 +164,7 @@ class _Connection:
         """Run one statement; returns psycopg2's cursor, positioned on the results."""
         if prepare and self._prepare and not isinstance(params, dict):
             name = self._prepared.get(sql)
-            if name is None:
+            if name is None and len(self._prepared) < _PREPARED_MAX:
                 dollar = _to_dollar(sql)
                 if dollar is not None:
                     name = f"aiorest_{len(self._prepared)}"

@@ -347,3 +347,12 @@ async def test_a_read_in_flight_when_its_connection_dies_is_not_retried(database
         await killer
         assert unavailable.value.status == 503
         assert await db.fetchrows("SELECT last_value, is_called FROM s") == [(1, True)]  # advanced once
+
+
+async def test_prepared_statements_are_capped_per_connection(database_url):
+    # Every distinct text was prepared and kept for the connection's lifetime.
+    async with opened(database_url) as db:
+        for i in range(300):
+            assert await db.fetchval(f"SELECT %s::int + {i}", (1,)) == 1 + i
+        assert await db.fetchval("SELECT count(*) FROM pg_prepared_statements") == 256
+        assert await db.fetchval("SELECT %s::int + 7", (1,)) == 8  # prepared before the cap: still works
