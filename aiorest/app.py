@@ -232,6 +232,7 @@ class App(_RouteDecorators):
         if route is None:
             request._allow = allow
             return self._options_endpoint(request)
+        request._template = route.path
         return route.endpoint(request)
 
     async def handle_exception(self, request: Request, exc: BaseException) -> Response:

@@ -33,6 +33,11 @@ class AppInterface(Protocol):
 
     def url_for(self, name: str, /, **params: Any) -> str: ...
 
+    @property
+    def static_endpoints(self) -> Mapping[str, Mapping[str, Any]]:
+        """Path → method → endpoint of the routes without parameters."""
+        ...
+
 
 class BodySource(Protocol):
     """What the connection gives a request: the peer, and a way to pull body bytes."""
@@ -73,6 +78,7 @@ class Request:
     _plain = False
     _routing_error: HTTPError | None = None
     _allow: frozenset[str] = frozenset()
+    _template: str | None = None
 
     def __init__(
         self,
@@ -136,6 +142,16 @@ class Request:
         if not isinstance(peer, tuple):  # a unix socket's peer name is '' or a path
             return None
         return peer[0], peer[1]  # IPv6 gives (host, port, flowinfo, scope_id)
+
+    @property
+    def route_template(self) -> str | None:
+        """The path template of the route that matched (``"/notes/{note_id:int}"``); None if none did.
+
+        A bounded label for logs and metrics, unlike the raw path.
+        """
+        if self._template is None and self.path in self.app.static_endpoints:
+            return self.path  # a route without parameters: its template is its path
+        return self._template
 
     @property
     def content_type(self) -> str:

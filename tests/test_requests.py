@@ -583,3 +583,35 @@ async def test_absolute_form_target_is_reduced_to_path_and_query(aiorest_client)
     client = await aiorest_client(app)
     [response] = await fetch(client.port, b"GET http://example.com/a?b=1 HTTP/1.1\r\nHost: example.com\r\n\r\n")
     assert response.body == b'{"path":"/a","raw":"/a","query":"b=1"}'
+
+
+async def test_route_template_is_the_matched_routes_template_not_the_raw_path(aiorest_client):
+    app = App()
+    seen: list[str | None] = []
+
+    async def record(request: Request, handler):
+        try:
+            return await handler(request)
+        finally:
+            seen.append(request.route_template)
+
+    app.add_middleware(record)
+
+    @app.get("/static")
+    async def static(request: Request) -> dict[str, object]:
+        return {"template": request.route_template}
+
+    @app.get("/notes/{note_id:int}")
+    async def note(request: Request) -> dict[str, object]:
+        return {"template": request.route_template}
+
+    client = await aiorest_client(app)
+    async with client.get("/static") as response:
+        assert await response.json() == {"template": "/static"}
+    async with client.get("/notes/42") as response:
+        assert await response.json() == {"template": "/notes/{note_id:int}"}
+    async with client.get("/nowhere/42") as response:
+        assert response.status == 404
+    async with client.post("/static") as response:
+        assert response.status == 405
+    assert seen == ["/static", "/notes/{note_id:int}", None, "/static"]
