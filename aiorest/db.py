@@ -214,6 +214,7 @@ class Database(_Queries):
         self._idle: deque[_Connection] = deque()
         self._waiters: deque[asyncio.Future[_Connection]] = deque()
         self._given_up = 0  # waiters that timed out or were cancelled since the last sweep
+        self._waits = 0  # acquisitions that had to wait for a connection, ever
         self._size = 0  # open connections plus those being opened
         self._closed = True
         self._reconnecting: asyncio.Task[None] | None = None
@@ -282,6 +283,21 @@ class Database(_Queries):
         """Connections open and free."""
         return len(self._idle)
 
+    @property
+    def in_use(self) -> int:
+        """Connections held by requests (or being opened for one)."""
+        return self._size - len(self._idle)
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a connection now."""
+        return sum(1 for waiter in self._waiters if not waiter.done())
+
+    @property
+    def waits(self) -> int:
+        """Acquisitions that had to wait for a connection since the pool was made (a counter)."""
+        return self._waits
+
     async def _connect(self) -> _Connection:
         """A new connection, which the caller has counted in ``_size`` (uncounted on failure)."""
         assert self.dsn is not None
@@ -328,6 +344,7 @@ class Database(_Queries):
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[_Connection] = loop.create_future()
         self._waiters.append(waiter)
+        self._waits += 1
         timer = loop.call_later(self.acquire_timeout, _expire, waiter)
         try:
             return await waiter

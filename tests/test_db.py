@@ -112,11 +112,17 @@ async def test_pool_exhausted_past_acquire_timeout_is_503_with_retry_after(db):
         async with db.connection() as conn:
             await conn.fetchval("SELECT pg_sleep(0.8)")
 
+    waits = db.waits
     holders = [asyncio.create_task(hold()) for _ in range(db.max_size)]
     await asyncio.sleep(0.1)
+    assert db.in_use == db.max_size and db.waiting == 0
+    query = asyncio.create_task(db.fetchval("SELECT 1"))
+    await asyncio.sleep(0.01)
+    assert db.waiting == 1 and db.waits == waits + 1
     with pytest.raises(PoolTimeout) as exhausted:
-        await db.fetchval("SELECT 1")
+        await query
     assert exhausted.value.status == 503 and exhausted.value.headers["Retry-After"] == "1"
+    assert db.waiting == 0
     await asyncio.gather(*holders)
     assert db.size <= db.max_size
 
