@@ -1,0 +1,63 @@
+"""An app that shows what reaches it through nginx, for tests/test_nginx.py."""
+
+import asyncio
+import hashlib
+import os
+
+from aiorest import App, HTTPNotFound, Request, Response, StreamResponse
+
+app = App()
+
+
+@app.get("/")
+async def index(request: Request) -> dict[str, object]:
+    """Which process and which connection answered, and the raw request head it saw."""
+    return {
+        "pid": os.getpid(),
+        "client": request.client,
+        "method": request.method,
+        "headers": [[name, value] for name, value in request.headers.items()],
+    }
+
+
+@app.post("/echo")
+async def echo(request: Request) -> Response:
+    body = await request.read()
+    return Response(
+        body,
+        headers={
+            "X-Body-SHA256": hashlib.sha256(body).hexdigest(),
+            "X-Seen-Content-Length": request.headers.get("content-length", "-"),
+            "X-Seen-Transfer-Encoding": request.headers.get("transfer-encoding", "-"),
+        },
+        media_type="application/json",
+    )
+
+
+@app.get("/stream")
+async def stream(request: Request) -> StreamResponse:
+    count, size = int(request.query.get("chunks", "50")), int(request.query.get("size", "10000"))
+
+    async def chunks():
+        for index in range(count):
+            yield bytes([65 + index % 26]) * size
+            await asyncio.sleep(0.001)
+
+    return StreamResponse(chunks())
+
+
+@app.get("/notes/{note_id:int}")
+async def note(request: Request) -> dict[str, int]:
+    raise HTTPNotFound("no such note", details={"note_id": request.path_params["note_id"]})
+
+
+@app.route("/slow", methods=["GET", "POST"])
+async def slow(request: Request) -> dict[str, int]:
+    await request.read()
+    await asyncio.sleep(float(request.query.get("seconds", "1")))
+    return {"pid": os.getpid()}
+
+
+@app.get("/metrics")
+async def metrics(request: Request) -> Response:
+    return Response(b"aiorest_requests_total 1\n", media_type="text/plain")
