@@ -54,7 +54,9 @@ def probe(address: str | tuple[str, int], path: str = "/", timeout: float = 1.0)
     return int(line[1]) if len(line) >= 2 and line[1].isdigit() else None
 
 
-def _wait_until(ready: Callable[[], bool], process: subprocess.Popen[bytes], timeout: float, what: str, log: Path) -> None:
+def _wait_until(
+    ready: Callable[[], bool], process: subprocess.Popen[bytes], timeout: float, what: str, log: Path
+) -> None:
     deadline = time.monotonic() + timeout
     while not ready():
         if process.poll() is not None:
@@ -157,18 +159,16 @@ class Nginx:
         """Start nginx in front of ``upstreams`` and wait until it answers; return its port."""
         if self.process is not None:
             raise RuntimeError("this nginx is already started")
-        self.port = listen_port or free_port()
-        self.configure(upstreams, self.port)
+        self.port = port = listen_port or free_port()
+        self.configure(upstreams, port)
         stderr = self.prefix / "logs/stderr.log"
         with stderr.open("wb") as output:
             self.process = subprocess.Popen(
                 [*self._command(), "-g", "daemon off;"], stdout=output, stderr=subprocess.STDOUT
             )
         # /metrics is answered by nginx itself (404): a worker is serving.
-        _wait_until(
-            lambda: probe(("127.0.0.1", self.port), "/metrics") == 404, self.process, timeout, "nginx", stderr
-        )
-        return self.port
+        _wait_until(lambda: probe(("127.0.0.1", port), "/metrics") == 404, self.process, timeout, "nginx", stderr)
+        return port
 
     def stop(self, timeout: float = 10.0) -> None:
         """Quit gracefully (SIGQUIT); kill nginx and its workers if it takes longer than ``timeout`` s."""
@@ -185,6 +185,10 @@ class Nginx:
         if self.port is None:
             raise RuntimeError("nginx is not started")
         return f"http://127.0.0.1:{self.port}"
+
+    def worker_pids(self) -> list[int]:
+        """The pids of nginx's worker processes."""
+        return _descendants(self.process.pid) if self.process is not None and self.process.poll() is None else []
 
     def error_log(self) -> str:
         """What nginx wrote to stderr and to its error log."""
