@@ -148,6 +148,14 @@ class HttpProtocol(HandlerDriver, RequestReader, asyncio.Protocol):
         wake = self._wake
         if wake is not None and not wake.done():
             wake.set_result(None)  # _serve ends
+        if self._state.cancel_on_disconnect and self._current is not None:
+            self._cancel_handler()
+
+    def _cancel_handler(self) -> None:
+        """The client is gone: CancelledError in the handler at its await (opt-in, see docs/deployment)."""
+        runner = self._runner
+        if runner is not None and not runner.done():
+            runner.cancel()  # _serve throws it into the handler; the requests queued behind are dropped
 
     def data_received(self, data: bytes) -> None:
         if self._parsing_stopped or self._closed:
