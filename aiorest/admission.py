@@ -37,9 +37,12 @@ QUEUE_TIMEOUT = "queue_timeout"
 class Admission:
     """At most ``max_concurrency`` handlers at a time; ``max_queue`` more wait up to ``queue_timeout`` s.
 
-    ``max_queue`` defaults to ``max_concurrency``: under a steady overload a
-    request then waits about one handler's time before it runs, so the latency of
-    the requests served stays within about twice the unloaded one. A request that
+    Under a steady overload the queue stays full, and a request waits
+    ``max_queue / max_concurrency`` handler times before it runs: ``max_queue``
+    defaults to a quarter of ``max_concurrency`` (at least 1), enough to absorb
+    jitter while the requests served keep close to their unloaded latency
+    (load/prod_admission.py measures it). ``queue_timeout`` is the backstop for
+    handlers that slow down (a stalled database): no wait is longer. A request that
     finds the queue full, or waits past ``queue_timeout``, gets a 503 with
     ``Retry-After: retry_after``. Waiters are served in arrival order.
     """
@@ -55,7 +58,7 @@ class Admission:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
         if max_queue is None:
-            max_queue = max_concurrency
+            max_queue = max(1, max_concurrency // 4)
         if max_queue < 0:
             raise ValueError(f"max_queue must be 0 or more, got {max_queue}")
         if not queue_timeout > 0:

@@ -46,6 +46,13 @@ LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 _SAMPLE_INTERVAL = 1.0  # seconds between two readings of the pool and queue gauges
 
 
+def prometheus_available() -> bool:
+    """Whether prometheus_client can be imported (without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("prometheus_client") is not None
+
+
 def _import_prometheus() -> Any:
     try:
         import prometheus_client
