@@ -229,6 +229,8 @@ def measure(
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+        if server.stdout is not None:
+            server.stdout.close()
     errors = {key: overloaded[key] for key in ("timeouts", "connect_errors", "connection_errors")}
     return {
         "max_concurrency": max_concurrency,
@@ -239,8 +241,10 @@ def measure(
         "connections_overloaded": max_concurrency * overload,
         "unloaded_rate_per_s": round(unloaded["rate_200"]),
         "offered_rate_per_s": round(max_concurrency * overload / interval),
+        "unloaded_p50_ms": round(unloaded["p50_ms"], 2),
         "unloaded_p99_ms": round(unloaded["p99_ms"], 2),
         "overloaded_rate_200_per_s": round(overloaded["rate_200"]),
+        "overloaded_p50_200_ms": round(overloaded["p50_ms"], 2),
         "overloaded_p99_200_ms": round(overloaded["p99_ms"], 2),
         "p99_ratio": round(overloaded["p99_ms"] / unloaded["p99_ms"], 2),
         "statuses": overloaded["statuses"],
