@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from .exceptions import HTTPServiceUnavailable
 from .routing import Route
+from .serverstate import ServerState
 
 if TYPE_CHECKING:
     from .app import App
     from .request import Request
-    from .serverstate import ServerState
 
 __all__ = ["HealthProbes"]
 
