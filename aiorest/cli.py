@@ -126,12 +126,13 @@ def _production_options(args: argparse.Namespace) -> dict[str, object]:
     return options
 
 
-def _worker_hooks(args: argparse.Namespace) -> dict[str, Callable[[int], None]]:
+def _on_worker_exit(args: argparse.Namespace) -> Callable[[int], None] | None:
+    """What the parent does when a worker exits: the metrics forget its live gauges."""
     if not args.metrics:
-        return {}
+        return None
     from .metrics import worker_exited
 
-    return {"on_exit": worker_exited}
+    return worker_exited
 
 
 def _migrate(action: str, directory: str, dsn: str | None) -> int:
@@ -187,6 +188,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         def serve(ready: Callable[[], object]) -> None:
             app.run(host=args.host, port=args.port, reuse_port=True, ready=ready, **options)
 
-        raise SystemExit(run_workers(args.workers, serve, **_worker_hooks(args)))
+        raise SystemExit(run_workers(args.workers, serve, on_exit=_on_worker_exit(args)))
     elif args.command == "migrate":
         raise SystemExit(_migrate(args.action, args.dir, args.dsn))

@@ -75,7 +75,7 @@ class HealthProbes:
     async def _check(self, db: Any) -> bool:
         try:
             async with asyncio.timeout(self.timeout):
-                ok = await db.fetchval("SELECT 1") == 1
+                ok = bool(await db.fetchval("SELECT 1") == 1)
         except Exception as exc:  # noqa: BLE001  # any failure means not ready
             ok = False
             if self._db_ok or self._checked_at == float("-inf"):
