@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .limits import Limits
     from .request import Request
 
-__all__ = ["App", "Middleware", "Hook", "ExceptionHandler", "Lifespan"]
+__all__ = ["App", "Middleware", "Hook", "ExceptionHandler", "Lifespan", "EndpointLayer"]
 
 logger = logging.getLogger("aiorest.error")
 
@@ -31,6 +31,10 @@ Middleware = Callable[["Request", Handler], Awaitable[Response]]
 Hook = Callable[["App"], Awaitable[None]]
 ExceptionHandler = Callable[["Request", Any], Awaitable[Any]]
 Lifespan = Callable[["App"], AbstractAsyncContextManager[None]]
+#: Wraps an endpoint for one run of the server (admission control, metrics):
+#: ``layer(endpoint, template)`` returns the endpoint to call instead; ``template``
+#: is the route's path template, or None for the answers to routing errors and OPTIONS.
+EndpointLayer = Callable[[Handler, "str | None"], Handler]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 _INTERNAL_ERROR = {"error": {"status": 500, "message": "Internal Server Error", "details": None}}
@@ -83,6 +87,7 @@ class App(_RouteDecorators):
         # the server routes most requests by two lookups in it, and calls begin
         # only for the others (parameters, HEAD, OPTIONS, 404, 405)
         self._static_endpoints: dict[str, dict[str, Handler]] = {}
+        self._wrapped = False  # middleware or layers wrap the endpoints: routing errors go through them too
         self._started = False
         for route in routes:
             self.add_route(route.method, route.path, route.handler, name=route.name)
@@ -127,8 +132,13 @@ class App(_RouteDecorators):
 
     # -- lifecycle -------------------------------------------------------------------
 
-    async def startup(self) -> None:
+    async def startup(self, *, layers: Sequence[EndpointLayer] = (), routes: Sequence[Route] = ()) -> None:
         """Enter the lifespan and the contexts, run the startup hooks, chain the middleware.
+
+        The server passes ``layers``, which wrap each endpoint outside the middleware
+        (the first outermost), and ``routes`` of its own (``/healthz``, ``/metrics``):
+        routes without parameters, served as they are (no middleware, no layer), for
+        this run only; a path the app routes too is refused with ValueError.
 
         If one of them raises (or the startup is cancelled), the contexts already
         entered and the lifespan are left, last entered first, and the exception
@@ -136,6 +146,7 @@ class App(_RouteDecorators):
         """
         if self._started:
             raise RuntimeError("the app is already started")
+        served = self._served_routes(routes)
         step = ""
         try:
             if self.lifespan is not None:
@@ -153,13 +164,15 @@ class App(_RouteDecorators):
             await self._leave()
             raise
         for route in self.router.routes():
-            route.endpoint = self._chain(route.handler)
+            route.endpoint = self._wrap(self._chain(route.handler), route.path, layers)
         self._static_endpoints = {
             path: {method: route.endpoint for method, route in methods.items()}
             for path, methods in self.router.static_routes().items()
         }
-        self._routing_error_endpoint = self._chain(_raise_routing_error)
-        self._options_endpoint = self._chain(_answer_options)
+        self._static_endpoints.update(served)
+        self._routing_error_endpoint = self._wrap(self._chain(_raise_routing_error), None, layers)
+        self._options_endpoint = self._wrap(self._chain(_answer_options), None, layers)
+        self._wrapped = bool(self.middleware or layers)
         self._started = True
 
     async def shutdown(self) -> None:
@@ -194,6 +207,27 @@ class App(_RouteDecorators):
         if self._started:
             raise RuntimeError(f"cannot {what} after the app has started")
 
+    def _served_routes(self, routes: Sequence[Route]) -> dict[str, dict[str, Handler]]:
+        """The server's own routes as static endpoints (GET ones answer HEAD too)."""
+        served: dict[str, dict[str, Handler]] = {}
+        own = self.router.static_routes() if routes else {}
+        for route in routes:
+            if "{" in route.path:
+                raise ValueError(f"the server's route {route.path!r} must have no parameters")
+            if route.path in own:
+                raise ValueError(f"the app has a route {route.path!r}, which the server serves too: drop one")
+            methods = served.setdefault(route.path, {})
+            methods[route.method] = route.handler
+            if route.method == "GET":
+                methods.setdefault("HEAD", route.handler)
+        return served
+
+    @staticmethod
+    def _wrap(endpoint: Handler, template: str | None, layers: Sequence[EndpointLayer]) -> Handler:
+        for layer in reversed(layers):
+            endpoint = layer(endpoint, template)
+        return endpoint
+
     def _chain(self, handler: Handler) -> Handler:
         if not self.middleware:
             return handler
@@ -224,7 +258,7 @@ class App(_RouteDecorators):
         try:
             route, params, allow = self.router.resolve(request.method, request.path)
         except HTTPError as exc:
-            if not self.middleware:
+            if not self._wrapped:
                 raise
             request._routing_error = exc
             return self._routing_error_endpoint(request)

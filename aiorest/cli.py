@@ -52,11 +52,87 @@ def _parser() -> argparse.ArgumentParser:
         "--graceful-timeout", type=float, default=30.0, help="seconds to finish requests on SIGTERM (default 30)"
     )
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    _add_production_options(run)
     migrate = commands.add_parser("migrate", help="apply numbered SQL migrations: aiorest migrate --dir migrations")
     migrate.add_argument("action", nargs="?", choices=["up", "status"], default="up", help="up (default) or status")
     migrate.add_argument("--dir", default="migrations", help="folder of NNNN_name.sql files (default migrations)")
     migrate.add_argument("--dsn", help="PostgreSQL URL (default $DATABASE_URL)")
     return parser
+
+
+# -- admission control, cancellation, health and metrics (docs/deployment.rst) ----------------
+
+
+def _env(name: str, parse: Callable[[str], object]) -> object:
+    """The default of an option from ``$AIOREST_<NAME>``, or None when unset."""
+    text = os.environ.get(name)
+    if text is None or text == "":
+        return None
+    try:
+        return parse(text)
+    except ValueError:
+        raise SystemExit(f"aiorest: {name}={text!r} is not valid") from None
+
+
+def _flag(text: str) -> bool:
+    value = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+    try:
+        return value[text.strip().lower()]
+    except KeyError:
+        raise ValueError(text) from None
+
+
+def _add_production_options(run: argparse.ArgumentParser) -> None:
+    run.add_argument(
+        "--max-concurrency", type=int, default=_env("AIOREST_MAX_CONCURRENCY", int),
+        help="handlers running at most per worker; past it requests wait, then 503 (default off)",
+    )  # fmt: skip
+    run.add_argument(
+        "--max-queue", type=int, default=_env("AIOREST_MAX_QUEUE", int),
+        help="requests waiting at most for a handler slot (default: a quarter of --max-concurrency)",
+    )  # fmt: skip
+    run.add_argument(
+        "--queue-timeout", type=float, default=_env("AIOREST_QUEUE_TIMEOUT", float),
+        help="seconds a request waits for a handler slot before its 503 (default 1)",
+    )  # fmt: skip
+    for name, help_text in (
+        ("cancel-on-disconnect", "cancel a handler whose client has gone (default off)"),
+        ("health", "serve /healthz and /readyz (default off)"),
+        ("metrics", "serve Prometheus metrics at /metrics (default off; needs prometheus_client)"),
+    ):
+        env = "AIOREST_" + name.upper().replace("-", "_")
+        run.add_argument(
+            f"--{name}", action=argparse.BooleanOptionalAction, default=_env(env, _flag) or False, help=help_text
+        )
+
+
+def _production_options(args: argparse.Namespace) -> dict[str, object]:
+    options: dict[str, object] = {
+        "max_concurrency": args.max_concurrency,
+        "max_queue": args.max_queue,
+        "cancel_on_disconnect": args.cancel_on_disconnect,
+        "health": args.health,
+        "metrics": args.metrics,
+    }
+    if args.queue_timeout is not None:
+        options["queue_timeout"] = args.queue_timeout
+    if args.metrics:
+        from .metrics import prepare_multiprocess_dir, prometheus_available
+
+        if not prometheus_available():
+            raise SystemExit("aiorest: --metrics needs prometheus_client: pip install 'aiorest[metrics]'")
+        if args.workers > 1:  # before anything imports prometheus_client (the app included)
+            prepare_multiprocess_dir()
+    return options
+
+
+def _on_worker_exit(args: argparse.Namespace) -> Callable[[int], None] | None:
+    """What the parent does when a worker exits: the metrics forget its live gauges."""
+    if not args.metrics:
+        return None
+    from .metrics import worker_exited
+
+    return worker_exited
 
 
 def _migrate(action: str, directory: str, dsn: str | None) -> int:
@@ -91,12 +167,14 @@ def _migrate(action: str, directory: str, dsn: str | None) -> int:
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.command == "run":
+        production = _production_options(args)
         app = load_app(args.app)
         options = {
             "log_level": args.log_level,
             "backlog": args.backlog,
             "graceful_timeout": args.graceful_timeout,
             "loop_lag_report": args.loop_lag_report,
+            **production,
         }
         if args.workers == 1:
             app.run(host=args.host, port=args.port, unix=args.unix, unix_mode=args.unix_mode, **options)
@@ -110,6 +188,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         def serve(ready: Callable[[], object]) -> None:
             app.run(host=args.host, port=args.port, reuse_port=True, ready=ready, **options)
 
-        raise SystemExit(run_workers(args.workers, serve))
+        raise SystemExit(run_workers(args.workers, serve, on_exit=_on_worker_exit(args)))
     elif args.command == "migrate":
         raise SystemExit(_migrate(args.action, args.dir, args.dsn))

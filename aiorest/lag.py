@@ -6,6 +6,7 @@ import asyncio
 import json
 import statistics
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["LoopLagMonitor"]
@@ -16,10 +17,14 @@ class LoopLagMonitor:
 
     Keeps the last ``max_samples`` samples (a bounded deque), enough for
     percentiles over a load run of many minutes at the default interval.
+    ``on_sample`` is also called with each one (in seconds): the metrics observe it.
     """
 
-    def __init__(self, interval: float = 0.01, max_samples: int = 100_000) -> None:
+    def __init__(
+        self, interval: float = 0.01, max_samples: int = 100_000, on_sample: Callable[[float], None] | None = None
+    ) -> None:
         self.interval = interval
+        self.on_sample = on_sample
         self.samples: deque[float] = deque(maxlen=max_samples)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.TimerHandle | None = None
@@ -38,7 +43,10 @@ class LoopLagMonitor:
     def _fire(self) -> None:
         assert self._loop is not None
         now = self._loop.time()
-        self.samples.append(max(0.0, now - self._expected))
+        lag = max(0.0, now - self._expected)
+        self.samples.append(lag)
+        if self.on_sample is not None:
+            self.on_sample(lag)
         self._expected = now + self.interval
         self._handle = self._loop.call_at(self._expected, self._fire)
 

@@ -148,6 +148,17 @@ class HttpProtocol(HandlerDriver, RequestReader, asyncio.Protocol):
         wake = self._wake
         if wake is not None and not wake.done():
             wake.set_result(None)  # _serve ends
+        if self._state.cancel_on_disconnect and self._current is not None:
+            self._cancel_handler()
+
+    def _cancel_handler(self) -> None:
+        """The client is gone (closed, or half-closed its side): CancelledError in the handler at its await.
+
+        Opt-in (``cancel_on_disconnect``); docs/deployment.rst says why it is off by default.
+        """
+        runner = self._runner
+        if runner is not None and not runner.done():
+            runner.cancel()  # _serve throws it into the handler; the requests queued behind are dropped
 
     def data_received(self, data: bytes) -> None:
         if self._parsing_stopped or self._closed:
@@ -200,6 +211,8 @@ class HttpProtocol(HandlerDriver, RequestReader, asyncio.Protocol):
             receiving._finish_body(ClientDisconnected("the client closed its side before the body ended"))
         if self._current is None and not self._queue:
             return False
+        if self._state.cancel_on_disconnect and self._current is not None:
+            return False  # gone, as far as this option can tell: close; connection_lost cancels the handler
         return True
 
     # -- parsing ----------------------------------------------------------------------

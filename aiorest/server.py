@@ -12,16 +12,24 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from .admission import Admission
+from .health import HealthProbes
 from .lag import LoopLagMonitor
 from .limits import Limits
 from .protocol import HttpProtocol, ServerState
 
 if TYPE_CHECKING:
-    from .app import App
+    from .app import App, EndpointLayer
+    from .metrics import Metrics
+    from .routing import Route
 
 __all__ = ["Server", "Limits", "run", "new_event_loop"]
 
 logger = logging.getLogger("aiorest.server")
+
+#: seconds a request waits for a handler slot, by default (docs/deployment.rst: sizing)
+DEFAULT_QUEUE_TIMEOUT = 1.0
+_LAG_INTERVAL = 0.05  # the event-loop lag metric's timer
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -39,6 +47,13 @@ class Server:
     Give ``host`` and ``port`` (port 0 picks a free one; read ``port`` after
     ``start``), or ``unix`` (a socket path, created with ``unix_mode``), or an
     already bound ``sock``.
+
+    Production options (docs/deployment.rst): ``max_concurrency`` handlers at most
+    running at a time, ``max_queue`` more waiting (default a quarter of it) up to
+    ``queue_timeout`` seconds, the others answered 503 (:class:`~aiorest.admission.Admission`);
+    ``cancel_on_disconnect`` cancels a handler whose client has gone; ``health``
+    serves ``/healthz`` and ``/readyz``; ``metrics`` serves Prometheus metrics at
+    ``/metrics`` (needs ``prometheus_client``).
     """
 
     def __init__(
@@ -56,6 +71,13 @@ class Server:
         reuse_port: bool = False,
         graceful_timeout: float = 30.0,
         loop_lag_report: str | None = None,
+        # admission control, cancellation, health and metrics (docs/deployment.rst)
+        max_concurrency: int | None = None,
+        max_queue: int | None = None,
+        queue_timeout: float = DEFAULT_QUEUE_TIMEOUT,
+        cancel_on_disconnect: bool = False,
+        health: bool = False,
+        metrics: bool = False,
     ) -> None:
         self.app = app
         self.graceful_timeout = graceful_timeout
@@ -72,6 +94,38 @@ class Server:
         self._state = ServerState(server_header)
         self._server: asyncio.AbstractServer | None = None
         self._started = False
+        # admission control, cancellation, health and metrics
+        self.admission = (
+            Admission(max_concurrency, max_queue=max_queue, queue_timeout=queue_timeout) if max_concurrency else None
+        )
+        self._state.cancel_on_disconnect = cancel_on_disconnect
+        self.health = HealthProbes(app, self._state) if health else None
+        self.metrics: Metrics | None = None
+        if metrics:
+            from .metrics import Metrics  # imports prometheus_client: only when asked for
+
+            self.metrics = Metrics(app, self.admission)
+            if self._lag is None:
+                self._lag = LoopLagMonitor(interval=_LAG_INTERVAL, max_samples=1)
+            self._lag.on_sample = self.metrics.observe_lag
+
+    @property
+    def draining(self) -> bool:
+        """True once :meth:`stop` has begun: ``/readyz`` answers 503."""
+        return self._state.draining
+
+    def _layers_and_routes(self) -> tuple[list[EndpointLayer], list[Route]]:
+        """What the options add to the app for this run: endpoint layers (outermost first), routes."""
+        layers: list[EndpointLayer] = []
+        routes: list[Route] = []
+        if self.metrics is not None:
+            layers.append(self.metrics.layer)  # outside the gate: its 503s are counted
+            routes += self.metrics.routes()
+        if self.admission is not None:
+            layers.append(self.admission.layer)
+        if self.health is not None:
+            routes += self.health.routes()
+        return layers, routes
 
     async def start(self) -> None:
         """Run the app's startup, then listen.
@@ -80,9 +134,13 @@ class Server:
         a failure to listen by a full :meth:`stop`) before the exception propagates.
         """
         loop = asyncio.get_running_loop()
-        await self.app.startup()
+        layers, routes = self._layers_and_routes()
+        await self.app.startup(layers=layers, routes=routes)
         self._started = True
+        self._state.draining = False
         try:
+            if self.metrics is not None:
+                self.metrics.start(loop)
             self._state.start(loop)
             if self._lag is not None:
                 self._lag.start(loop)
@@ -120,6 +178,7 @@ class Server:
         ``graceful_timeout``), close, shut down the app."""
         if timeout is None:
             timeout = self.graceful_timeout
+        self._state.draining = True
         if self._server is not None:
             self._server.close()
         connections = list(self._state.connections)
@@ -136,9 +195,14 @@ class Server:
             await self._server.wait_closed()
             self._server = None
         self._state.stop()
-        if self._lag is not None and self.loop_lag_report:
+        if self._lag is not None:
             self._lag.stop()
-            self._lag.write(self.loop_lag_report)
+            if self.loop_lag_report:
+                self._lag.write(self.loop_lag_report)
+        if self.health is not None:
+            await self.health.close()
+        if self.metrics is not None:
+            self.metrics.stop()
         if self.unix is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.unix)
@@ -200,6 +264,13 @@ def run(
     graceful_timeout: float = 30.0,
     loop_lag_report: str | None = None,
     ready: Callable[[], object] | None = None,
+    # admission control, cancellation, health and metrics (docs/deployment.rst)
+    max_concurrency: int | None = None,
+    max_queue: int | None = None,
+    queue_timeout: float = DEFAULT_QUEUE_TIMEOUT,
+    cancel_on_disconnect: bool = False,
+    health: bool = False,
+    metrics: bool = False,
 ) -> None:
     """Serve ``app`` until SIGINT or SIGTERM, on uvloop when it is installed.
 
@@ -221,6 +292,12 @@ def run(
         reuse_port=reuse_port,
         graceful_timeout=graceful_timeout,
         loop_lag_report=loop_lag_report,
+        max_concurrency=max_concurrency,
+        max_queue=max_queue,
+        queue_timeout=queue_timeout,
+        cancel_on_disconnect=cancel_on_disconnect,
+        health=health,
+        metrics=metrics,
     )
     listening = False
 

@@ -26,12 +26,18 @@ class Connection(Protocol):
 
 
 class ServerState:
-    """What the connections of one server share: the clock, the Server/Date lines, the set."""
+    """What the connections of one server share: the clock, the Server/Date lines, the set.
 
-    def __init__(self, server_header: str | None = "aiorest") -> None:
+    ``draining`` is True once the server has begun to stop (``/readyz`` then answers
+    503); ``cancel_on_disconnect``: a connection lost with a handler running cancels it.
+    """
+
+    def __init__(self, server_header: str | None = "aiorest", *, cancel_on_disconnect: bool = False) -> None:
         if server_header is not None:
             check_header_value(server_header, "server_header")
         self.connections: set[Connection] = set()
+        self.draining = False
+        self.cancel_on_disconnect = cancel_on_disconnect
         self._server_line = f"Server: {server_header}\r\n" if server_header else ""
         self.header_lines = ""
         self.header_bytes = b""

@@ -26,10 +26,17 @@ _PR_SET_PDEATHSIG = 1
 __all__ = ["run_workers"]
 
 
-def run_workers(count: int, serve: Callable[[Callable[[], object]], None], *, max_restarts: int = 10) -> int:
+def run_workers(
+    count: int,
+    serve: Callable[[Callable[[], object]], None],
+    *,
+    max_restarts: int = 10,
+    on_exit: Callable[[int], None] | None = None,
+) -> int:
     """Run ``serve(ready)`` in ``count`` forked processes until SIGTERM/SIGINT; returns an exit code.
 
-    ``serve`` calls ``ready()`` once its worker serves.
+    ``serve`` calls ``ready()`` once its worker serves; ``on_exit(pid)`` is called
+    when a worker has exited (the metrics forget its live gauges).
     """
     if count < 1:
         raise ValueError(f"workers must be at least 1, got {count}")
@@ -85,6 +92,8 @@ def run_workers(count: int, serve: Callable[[Callable[[], object]], None], *, ma
         if pid not in children:
             continue
         number, ready_read = children.pop(pid)
+        if on_exit is not None:
+            on_exit(pid)
         served = _said_ready(ready_read)
         if stopping:
             continue
