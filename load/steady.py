@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 import time
 from collections import Counter
@@ -43,6 +44,7 @@ class SteadyResult:
     first_failures: list[tuple[float, str]] = field(default_factory=list)  # (second of the run, reason), up to 20
     connections_opened: int = 0
     latencies_ms: list[float] = field(default_factory=list)
+    timeline: list[list[int]] = field(default_factory=list)  # per second of the run: [sent, failed]
 
     @property
     def ok(self) -> int:
@@ -57,7 +59,7 @@ class SteadyResult:
 
     def summary(self) -> dict[str, object]:
         data = asdict(self)
-        del data["latencies_ms"]
+        del data["latencies_ms"], data["timeline"]
         data["statuses"] = {str(status): count for status, count in sorted(self.statuses.items())}
         data["failures"] = dict(self.failures)
         data["rate"] = round(self.sent / self.seconds, 1) if self.seconds else 0.0
@@ -65,9 +67,14 @@ class SteadyResult:
         data["p99_ms"] = round(self.percentile(99), 2)
         return data
 
+    def _second(self, started: float) -> list[int]:
+        second = min(int(time.monotonic() - started), max(0, len(self.timeline) - 1))
+        return self.timeline[second]
+
     def _fail(self, started: float, reason: str) -> None:
         self.failed += 1
         self.failures[reason] += 1
+        self._second(started)[1] += 1
         if len(self.first_failures) < 20:
             self.first_failures.append((round(time.monotonic() - started, 2), reason))
 
@@ -164,6 +171,7 @@ async def _client(
                 return
             at += interval
             result.sent += 1
+            result._second(start)[0] += 1
             began = time.monotonic()
             try:
                 async with asyncio.timeout(timeout):
@@ -207,7 +215,7 @@ async def run(
     interval = connections / rate
     start = time.monotonic()
     deadline = start + duration
-    result = SteadyResult(seconds=duration)
+    result = SteadyResult(seconds=duration, timeline=[[0, 0] for _ in range(max(1, math.ceil(duration)))])
     clients = [
         asyncio.ensure_future(
             _client(url, interval, start, deadline, timeout, result, phase=interval * i / connections)

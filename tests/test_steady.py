@@ -20,6 +20,7 @@ async def test_a_steady_run_sends_at_its_rate_and_counts_answers(aiorest_client)
     assert 180 <= result.sent <= 204
     assert result.failed == 0 and result.statuses == {200: result.sent}
     assert result.connections_opened == 4  # kept alive
+    assert sum(sent for sent, _ in result.timeline) == result.sent and len(result.timeline) == 1
     assert result.percentile(99) < 1000
 
 
@@ -58,4 +59,5 @@ async def test_resets_closes_and_5xx_are_failures_and_connection_close_is_not():
     assert result.sent >= 8
     assert result.failed == result.sent - result.statuses[200] > 0
     assert result.failures["status 503"] >= 2
+    assert sum(failed for _, failed in result.timeline) == result.failed
     assert any(reason.startswith("ConnectionError: closed") for reason in result.failures)
