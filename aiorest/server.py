@@ -136,19 +136,20 @@ class Server:
         if timeout is None:
             timeout = self.graceful_timeout
         loop = asyncio.get_running_loop()
+        connections = list(self._state.connections)
         if self._server is not None:
-            await self._take_backlog(loop)
-        for connection in list(self._state.connections):
+            await self._take_backlog(loop)  # those taken answer with Connection: close already
+        for connection in connections:
             cast(HttpProtocol, connection).shutdown(close_idle=idle_grace <= 0)
         now = loop.time()
         deadline = now + timeout
-        idle_deadline = now + min(idle_grace, timeout) if idle_grace > 0 else None
+        idle_deadline: float | None = now + min(idle_grace, timeout)
         while self._state.connections and loop.time() < deadline:
+            await asyncio.sleep(0.05)  # first, so that those taken read what their clients had sent
             if idle_deadline is not None and loop.time() >= idle_deadline:
                 idle_deadline = None
                 for connection in list(self._state.connections):
                     connection.shutdown()  # those still idle now
-            await asyncio.sleep(0.05)
         for connection in list(self._state.connections):
             if connection.transport is not None:
                 connection.transport.abort()
@@ -186,9 +187,16 @@ class Server:
                         taken.append(copy.accept()[0])
                     except OSError:  # BlockingIOError: none left
                         break
-        assert self._factory is not None
+        factory = self._factory
+        assert factory is not None
+
+        def closing() -> HttpProtocol:  # its first answer says Connection: close, however fast it comes
+            protocol = factory()
+            protocol.shutdown(close_idle=False)
+            return protocol
+
         for connection in taken:
-            await loop.connect_accepted_socket(self._factory, connection)
+            await loop.connect_accepted_socket(closing, connection)
 
     async def serve_forever(
         self, stop: asyncio.Event | None = None, *, ready: Callable[[], object] | None = None
