@@ -12,6 +12,7 @@ import pytest
 
 from load import steady
 from load.procs import AiorestProcess
+from load.prod_restarts import sighups_under_load
 
 APP = """
 import asyncio
@@ -79,18 +80,10 @@ async def test_two_sighups_under_load_serve_the_new_code_and_lose_no_request(tmp
     with aiorest(tmp_path) as server:
         first = server.worker_pids()
         assert len(first) == 2 and served_versions(server) == {1}
-        load = asyncio.ensure_future(steady.run(server.url + "/version", rate=250, duration=6, connections=8))
-        await asyncio.sleep(1)
         write_app(tmp_path, 2)
-
-        def reload_twice() -> None:
-            server.send_signal(signal.SIGHUP)
-            server.wait_for_log("reload done", count=1)
-            server.send_signal(signal.SIGHUP)
-            server.wait_for_log("reload done", count=2)
-
-        await asyncio.to_thread(reload_twice)
-        result = await load
+        result = await sighups_under_load(
+            server, server.url + "/version", sighups=2, rate=250, duration=6, connections=8
+        )
         assert result.failed == 0, result.summary()
         assert result.statuses[200] > 1000
         # The old workers drained: the load's kept-alive connections were closed and opened again.
