@@ -87,6 +87,8 @@ class AiorestProcess:
         self.ready_path = ready_path
         self.pass_fds = tuple(pass_fds)
         self.process: subprocess.Popen[bytes] | None = None
+        self._workers = int(args[args.index("--workers") + 1]) if "--workers" in args else 0
+        self._info_logged = not ({"warning", "error"} & set(args))
 
     @property
     def url(self) -> str:
@@ -118,13 +120,20 @@ class AiorestProcess:
         return self
 
     def wait_serving(self, timeout: float = 20.0) -> None:
-        """Wait until ``ready_path`` is answered (with ``--workers``: and every worker serves)."""
+        """Wait until ``ready_path`` is answered, and with ``--workers`` until every worker serves.
+
+        That is logged at level INFO; with ``--log-level warning`` or ``error``, this waits only
+        until every worker exists (the last one started may not serve yet).
+        """
         deadline = time.monotonic() + timeout
         while True:
             try:
                 self.get(self.ready_path)
-                if "--workers" in self.command:  # one serves; all do once the parent says so
-                    self.wait_for_log("workers serving", timeout=deadline - time.monotonic())
+                if self._workers:  # one serves: all do once the parent says so (or, unsaid, once all exist)
+                    if self._info_logged:
+                        self.wait_for_log("workers serving", timeout=deadline - time.monotonic())
+                    elif len(self.worker_pids()) < self._workers:
+                        raise ConnectionError("not all workers are there yet")
                 return
             except OSError:
                 if self.returncode is not None:
