@@ -116,7 +116,11 @@ class AiorestProcess:
                 pass_fds=self.pass_fds,
                 start_new_session=True,
             )
-        self.wait_serving(timeout)
+        try:
+            self.wait_serving(timeout)
+        except BaseException:
+            self.kill()  # no process left behind: __exit__ does not run when __enter__ raised
+            raise
         return self
 
     def wait_serving(self, timeout: float = 20.0) -> None:
@@ -139,7 +143,6 @@ class AiorestProcess:
                 if self.returncode is not None:
                     raise RuntimeError(f"aiorest exited with {self.returncode}:\n{self.log()}") from None
                 if time.monotonic() > deadline:
-                    self.kill()
                     raise RuntimeError(f"aiorest did not serve within {timeout} s:\n{self.log()}") from None
                 time.sleep(0.05)
 
