@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
@@ -10,21 +11,25 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .app import App
+from .listeners import bind_tcp, bind_unix, inherited_socket, systemd_socket
+from .server import _one_line, run
+from .workers import run_workers
+
+# Seconds a stopping worker has, past --graceful-timeout, for the app's shutdown before SIGKILL.
+_SHUTDOWN_MARGIN = 10.0
 
 __all__ = ["main", "load_app"]
 
 
 def load_app(spec: str) -> App:
     """Import ``"package.module:attribute"`` and check that it is an App."""
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise SystemExit(f"aiorest: expected MODULE:APP (for example myapp:app), got {spec!r}")
+    module_name, attribute = _split_spec(spec)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SystemExit(f"aiorest: cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:  # ImportError, or whatever the module's code raised (SyntaxError, ...)
+        raise SystemExit(f"aiorest: cannot import {module_name!r}: {_one_line(exc)}") from exc
     try:
         app = getattr(module, attribute)
     except AttributeError:
@@ -32,6 +37,24 @@ def load_app(spec: str) -> App:
     if not isinstance(app, App):
         raise SystemExit(f"aiorest: {spec} is a {type(app).__name__}, not an aiorest.App")
     return app
+
+
+def _split_spec(spec: str) -> tuple[str, str]:
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise SystemExit(f"aiorest: expected MODULE:APP (for example myapp:app), got {spec!r}")
+    return module_name, attribute
+
+
+def _env(name: str, convert: Callable[[str], object]) -> object:
+    """The default of a flag: the environment variable ``name`` converted, or None (unset or empty)."""
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        return convert(value)
+    except ValueError:
+        raise SystemExit(f"aiorest: {name}={value!r} is not valid") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,7 +65,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     run.add_argument("--port", type=int, default=8080, help="port to bind (default 8080)")
     run.add_argument("--unix", help="serve on this unix socket path instead of TCP")
-    run.add_argument("--workers", type=int, default=1, help="worker processes sharing the port (default 1)")
+    run.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes under a parent that reloads them on SIGHUP (default: one process, no parent)",
+    )
     run.add_argument(
         "--unix-mode", type=lambda text: int(text, 8), default=0o666, help="unix socket mode (default 666)"
     )
@@ -53,6 +80,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     _add_production_options(run)
+    # the process model: inherited sockets, reloads
+    run.add_argument(
+        "--fd",
+        type=int,
+        default=_env("AIOREST_FD", int),
+        help="serve the listening socket (TCP or unix) inherited as this file descriptor ($AIOREST_FD)",
+    )
+    run.add_argument(
+        "--start-timeout",
+        type=float,
+        default=_env("AIOREST_START_TIMEOUT", float) or 60.0,
+        help="with --workers: seconds a new worker has to start serving (default 60, $AIOREST_START_TIMEOUT)",
+    )
     migrate = commands.add_parser("migrate", help="apply numbered SQL migrations: aiorest migrate --dir migrations")
     migrate.add_argument("action", nargs="?", choices=["up", "status"], default="up", help="up (default) or status")
     migrate.add_argument("--dir", default="migrations", help="folder of NNNN_name.sql files (default migrations)")
@@ -61,17 +101,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # -- admission control, cancellation, health and metrics (docs/deployment.rst) ----------------
-
-
-def _env(name: str, parse: Callable[[str], object]) -> object:
-    """The default of an option from ``$AIOREST_<NAME>``, or None when unset."""
-    text = os.environ.get(name)
-    if text is None or text == "":
-        return None
-    try:
-        return parse(text)
-    except ValueError:
-        raise SystemExit(f"aiorest: {name}={text!r} is not valid") from None
 
 
 def _flag(text: str) -> bool:
@@ -121,7 +150,7 @@ def _production_options(args: argparse.Namespace) -> dict[str, object]:
 
         if not prometheus_available():
             raise SystemExit("aiorest: --metrics needs prometheus_client: pip install 'aiorest[metrics]'")
-        if args.workers > 1:  # before anything imports prometheus_client (the app included)
+        if args.workers is not None:  # before anything imports prometheus_client (the app included)
             prepare_multiprocess_dir()
     return options
 
@@ -167,27 +196,70 @@ def _migrate(action: str, directory: str, dsn: str | None) -> int:
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.command == "run":
-        production = _production_options(args)
-        app = load_app(args.app)
-        options = {
-            "log_level": args.log_level,
-            "backlog": args.backlog,
-            "graceful_timeout": args.graceful_timeout,
-            "loop_lag_report": args.loop_lag_report,
-            **production,
-        }
-        if args.workers == 1:
-            app.run(host=args.host, port=args.port, unix=args.unix, unix_mode=args.unix_mode, **options)
-            return
-        if args.unix:
-            raise SystemExit("aiorest: --workers needs TCP (SO_REUSEPORT); put nginx in front for a unix socket")
-        from .workers import run_workers
-
-        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-        def serve(ready: Callable[[], object]) -> None:
-            app.run(host=args.host, port=args.port, reuse_port=True, ready=ready, **options)
-
-        raise SystemExit(run_workers(args.workers, serve, on_exit=_on_worker_exit(args)))
+        _run(args)
     elif args.command == "migrate":
         raise SystemExit(_migrate(args.action, args.dir, args.dsn))
+
+
+def _run(args: argparse.Namespace) -> None:
+    options = {
+        "log_level": args.log_level,
+        "backlog": args.backlog,
+        "graceful_timeout": args.graceful_timeout,
+        "loop_lag_report": args.loop_lag_report,
+        **_production_options(args),  # before the app is imported: it prepares the metrics' directory
+    }
+    try:
+        sock = inherited_socket(args.fd) if args.fd is not None else systemd_socket()
+    except ValueError as exc:
+        raise SystemExit(f"aiorest: {exc}") from None
+    if args.workers is None:
+        app = load_app(args.app)
+        if sock is not None:
+            app.run(sock=sock, **options)
+        else:
+            app.run(host=args.host, port=args.port, unix=args.unix, unix_mode=args.unix_mode, **options)
+        return
+    # The parent never imports the app: each worker does, so that one started
+    # by a reload (SIGHUP) runs the code on disk then.
+    _split_spec(args.app)
+    # The workers inherit this configuration; the pid tells whose line it is.
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
+    )
+    unix = args.unix if sock is None else None
+    if sock is None:
+        where = f"unix:{args.unix}" if args.unix else f"{args.host}:{args.port}"
+        try:
+            sock = (
+                bind_unix(args.unix, args.unix_mode, args.backlog)
+                if args.unix
+                else bind_tcp(args.host, args.port, args.backlog)
+            )
+        except OSError as exc:
+            logging.getLogger("aiorest.server").error("cannot listen on %s: %s", where, exc)
+            raise SystemExit(1) from None
+    listener = sock
+
+    def serve(ready: Callable[[], object], failed: Callable[[str], object]) -> None:
+        try:
+            app = load_app(args.app)
+        except SystemExit as exc:
+            failed(str(exc.code).removeprefix("aiorest: "))
+            raise SystemExit(1) from None
+        run(app, sock=listener, ready=ready, startup_failed=failed, **options)
+
+    try:
+        code = run_workers(
+            args.workers,
+            serve,
+            listener=listener,
+            start_timeout=args.start_timeout,
+            stop_timeout=args.graceful_timeout + _SHUTDOWN_MARGIN,
+            on_exit=_on_worker_exit(args),
+        )
+    finally:
+        if unix is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(unix)
+    raise SystemExit(code)

@@ -364,10 +364,11 @@ class HttpProtocol(HandlerDriver, RequestReader, asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
-    def shutdown(self) -> None:
-        """Server shutdown: close now if idle, else after the response in flight."""
+    def shutdown(self, close_idle: bool = True) -> None:
+        """Server shutdown: close after the response in flight; an idle connection now,
+        or, with ``close_idle`` false, after it answers its next request (``Connection: close``)."""
         self._close_after_queue = True
-        if self._current is None and not self._queue:
+        if close_idle and self._current is None and not self._queue:
             self._close()
 
     @property

@@ -8,7 +8,6 @@ import logging
 import os
 import signal
 import socket
-import stat
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -16,6 +15,7 @@ from .admission import Admission
 from .health import HealthProbes
 from .lag import LoopLagMonitor
 from .limits import Limits
+from .listeners import bind_unix
 from .protocol import HttpProtocol, ServerState
 
 if TYPE_CHECKING:
@@ -30,6 +30,11 @@ logger = logging.getLogger("aiorest.server")
 #: seconds a request waits for a handler slot, by default (docs/deployment.rst: sizing)
 DEFAULT_QUEUE_TIMEOUT = 1.0
 _LAG_INTERVAL = 0.05  # the event-loop lag metric's timer
+
+# How long a stopping server keeps its idle kept-alive connections open: a client
+# (or a proxy) that sends its next request on one in that time is answered, with
+# ``Connection: close``, instead of finding the connection closed under it.
+IDLE_GRACE = 2.0
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -46,7 +51,8 @@ class Server:
 
     Give ``host`` and ``port`` (port 0 picks a free one; read ``port`` after
     ``start``), or ``unix`` (a socket path, created with ``unix_mode``), or an
-    already bound ``sock``.
+    already bound ``sock`` (which ``url`` then describes, and which the server
+    closes at ``stop``; it may be shared with other processes, see :ref:`workers`).
 
     Production options (docs/deployment.rst): ``max_concurrency`` handlers at most
     running at a time, ``max_queue`` more waiting (default a quarter of it) up to
@@ -91,8 +97,12 @@ class Server:
         self.reuse_port = reuse_port
         self.limits = limits or app.limits or Limits()
         self._sock = sock
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            self.host, self.port = sock.getsockname()[:2]
+        self._sock_path = sock.getsockname() if sock is not None and sock.family == socket.AF_UNIX else None
         self._state = ServerState(server_header)
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
+        self._factory: Callable[[], HttpProtocol] | None = None
         self._started = False
         # admission control, cancellation, health and metrics
         self.admission = (
@@ -148,14 +158,12 @@ class Server:
             def factory() -> HttpProtocol:
                 return HttpProtocol(self.app, self._state, self.limits, loop)
 
+            self._factory = factory
             if self._sock is not None:
                 self._server = await loop.create_server(factory, sock=self._sock, backlog=self.backlog)
             elif self.unix is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    if stat.S_ISSOCK(os.stat(self.unix).st_mode):
-                        os.unlink(self.unix)
-                self._server = await loop.create_unix_server(factory, self.unix, backlog=self.backlog)
-                os.chmod(self.unix, self.unix_mode)
+                sock = bind_unix(self.unix, self.unix_mode, self.backlog)
+                self._server = await loop.create_unix_server(factory, sock=sock, backlog=self.backlog)
             else:
                 self._server = await loop.create_server(
                     factory, self.host, self.port, backlog=self.backlog, reuse_port=self.reuse_port or None
@@ -168,26 +176,39 @@ class Server:
     @property
     def url(self) -> str:
         """Where the server listens, as a URL (``http://host:port`` or ``unix:path``)."""
-        if self.unix is not None:
-            return f"unix:{self.unix}"
+        if self.unix is not None or self._sock_path is not None:
+            return f"unix:{self.unix or self._sock_path}"
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    async def stop(self, timeout: float | None = None) -> None:
+    async def stop(self, timeout: float | None = None, *, idle_grace: float = 0.0) -> None:
         """Stop accepting, let requests in flight finish (up to ``timeout``, default
-        ``graceful_timeout``), close, shut down the app."""
+        ``graceful_timeout``), close, shut down the app.
+
+        Connections the kernel had accepted but the server had not yet taken
+        (its listen backlog) are taken and served too. An idle kept-alive
+        connection is closed at once, or, with ``idle_grace`` seconds (at most
+        ``timeout``), kept that long so that a request sent on it meanwhile is
+        answered, with ``Connection: close``.
+        """
         if timeout is None:
             timeout = self.graceful_timeout
         self._state.draining = True
-        if self._server is not None:
-            self._server.close()
-        connections = list(self._state.connections)
-        for connection in connections:
-            connection.shutdown()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        connections = list(self._state.connections)
+        if self._server is not None:
+            await self._take_backlog(loop)  # those taken answer with Connection: close already
+        for connection in connections:
+            connection.shutdown(close_idle=idle_grace <= 0)
+        now = loop.time()
+        deadline = now + timeout
+        idle_deadline: float | None = now + min(idle_grace, timeout)
         while self._state.connections and loop.time() < deadline:
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # first, so that those taken read what their clients had sent
+            if idle_deadline is not None and loop.time() >= idle_deadline:
+                idle_deadline = None
+                for connection in list(self._state.connections):
+                    connection.shutdown()  # those still idle now
         for connection in list(self._state.connections):
             if connection.transport is not None:
                 connection.transport.abort()
@@ -210,6 +231,37 @@ class Server:
             self._started = False
             await self.app.shutdown()
 
+    async def _take_backlog(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Close the listening sockets, first taking the connections waiting in their backlog.
+
+        Closing a listening socket resets the connections in its backlog, whose
+        clients have sent their requests already. Taken here, they are answered.
+        (A socket shared with other processes stays open in them: nothing waiting
+        in it is lost, and what is taken here is taken from them.)
+        """
+        assert self._server is not None
+        copies = [socket.socket(fileno=os.dup(listening.fileno())) for listening in self._server.sockets]
+        self._server.close()
+        taken: list[socket.socket] = []
+        for copy in copies:
+            with copy:
+                copy.setblocking(False)
+                while len(taken) < self.backlog:
+                    try:
+                        taken.append(copy.accept()[0])
+                    except OSError:  # BlockingIOError: none left
+                        break
+        factory = self._factory
+        assert factory is not None
+
+        def closing() -> HttpProtocol:  # its first answer says Connection: close, however fast it comes
+            protocol = factory()
+            protocol.shutdown(close_idle=False)
+            return protocol
+
+        for connection in taken:
+            await loop.connect_accepted_socket(closing, connection)
+
     async def serve_forever(
         self, stop: asyncio.Event | None = None, *, ready: Callable[[], object] | None = None
     ) -> None:
@@ -231,7 +283,7 @@ class Server:
                 await stop.wait()
             finally:
                 logger.info("aiorest shutting down")
-                await self.stop()
+                await self.stop(idle_grace=IDLE_GRACE)
 
     async def _start_unless(self, stop: asyncio.Event) -> bool:
         """Start, unless ``stop`` is set first: then the startup is cancelled. True if started."""
@@ -271,13 +323,17 @@ def run(
     cancel_on_disconnect: bool = False,
     health: bool = False,
     metrics: bool = False,
+    # the process model (aiorest.workers)
+    sock: socket.socket | None = None,
+    startup_failed: Callable[[str], object] | None = None,
 ) -> None:
     """Serve ``app`` until SIGINT or SIGTERM, on uvloop when it is installed.
 
     The options are those of :class:`Server`; ``log_level`` configures logging;
     ``ready`` is called once the server listens. A startup that fails is undone,
     logged in one line (its traceback at debug level), and ends the process:
-    ``SystemExit(1)``.
+    ``SystemExit(1)``; given ``startup_failed``, that line is passed to it
+    instead of being logged (a worker hands it to its parent this way).
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = Server(
@@ -298,6 +354,7 @@ def run(
         cancel_on_disconnect=cancel_on_disconnect,
         health=health,
         metrics=metrics,
+        sock=sock,
     )
     listening = False
 
@@ -314,7 +371,10 @@ def run(
         except Exception as exc:
             if listening:
                 raise
-            logger.error("startup failed: %s", _one_line(exc))
+            if startup_failed is not None:
+                startup_failed(_one_line(exc))
+            else:
+                logger.error("startup failed: %s", _one_line(exc))
             logger.debug("the startup failure's traceback", exc_info=exc)
     raise SystemExit(1)
 

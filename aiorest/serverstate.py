@@ -21,8 +21,9 @@ class Connection(Protocol):
     def check_deadline(self, now: float) -> None:
         """Close or time out the connection if it is past its deadline."""
 
-    def shutdown(self) -> None:
-        """Close when idle: now, or after the response in flight."""
+    def shutdown(self, close_idle: bool = True) -> None:
+        """Close after the response in flight; an idle connection now, or with ``close_idle``
+        false after it answers its next request."""
 
 
 class ServerState:

@@ -1,12 +1,29 @@
-"""Several worker processes on one port: prefork with SO_REUSEPORT.
+"""Several worker processes on one listening socket, a parent that supervises them, reloads.
 
-One process uses one core. ``aiorest run app:app --workers 4`` forks four
-processes; each binds the port with SO_REUSEPORT and the kernel spreads new
-connections between them. The parent forwards SIGTERM/SIGINT, waits for the
-workers to finish their requests in flight, and restarts a worker that dies
-while serving (at most ``max_restarts`` times a minute, then it gives up and
-stops all). A worker that exits before it serves failed to start: starting it
-again would fail the same way, so the parent stops the others and exits with 1.
+``aiorest run app:app --workers 4``: the parent binds the listening socket (or
+takes the one systemd passed), then forks four workers. Each worker inherits
+the socket and imports the app itself, after the fork: the parent never
+imports the user's code, so a worker started later runs the code on disk then.
+All workers accept from the one socket's queue, so a worker that closes its
+copy (it stops) leaves nothing behind in a queue of its own.
+
+The parent:
+
+- starts one worker first, then, once it serves, the others: an app that
+  cannot start is reported once, and the parent exits with 1;
+- on SIGHUP replaces the workers one at a time: a new worker starts and serves
+  before the old one is told to stop (SIGTERM: it drains, see
+  :meth:`aiorest.Server.stop`). A new worker that cannot start (it exits, or
+  is not ready within ``start_timeout``) ends the reload, logged in one ERROR
+  line; the workers still serving go on;
+- restarts a worker that dies while serving (at most ``max_restarts`` times a
+  minute, then it stops all and exits with 1);
+- on SIGTERM or SIGINT tells every worker to stop, closes its copy of the
+  socket, waits for them (SIGKILL for one still there ``stop_timeout`` seconds
+  later) and exits with 0.
+
+Each worker reports through a pipe: ``R`` once it serves, or ``F`` and the
+reason it could not start. Workers have ``AIOREST_WORKERS`` set to the count.
 """
 
 from __future__ import annotations
@@ -14,118 +31,403 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import selectors
 import signal
+import socket
 import sys
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 logger = logging.getLogger("aiorest.server")
 _PR_SET_PDEATHSIG = 1
+_MAX_REASON = 1000  # bytes of a worker's failure reason: one write to a pipe, under PIPE_BUF
 
 __all__ = ["run_workers"]
+
+Serve = Callable[[Callable[[], object], Callable[[str], object]], None]
 
 
 def run_workers(
     count: int,
-    serve: Callable[[Callable[[], object]], None],
+    serve: Serve,
     *,
+    listener: socket.socket | None = None,
     max_restarts: int = 10,
-    on_exit: Callable[[int], None] | None = None,
+    start_timeout: float = 60.0,
+    stop_timeout: float = 40.0,
+    on_exit: Callable[[int], object] | None = None,
 ) -> int:
-    """Run ``serve(ready)`` in ``count`` forked processes until SIGTERM/SIGINT; returns an exit code.
+    """Run ``serve(ready, failed)`` in ``count`` forked workers until SIGTERM/SIGINT; returns an exit code.
 
-    ``serve`` calls ``ready()`` once its worker serves; ``on_exit(pid)`` is called
-    when a worker has exited (the metrics forget its live gauges).
+    ``serve`` runs in the worker: it calls ``ready()`` once it serves, or
+    ``failed(reason)`` (one line) if it cannot start, then returns or raises.
+    ``listener``, the socket the workers serve, is closed in the parent when
+    it stops. SIGHUP replaces the workers one at a time (see the module's doc).
+    ``on_exit(pid)`` is called when a worker has exited (the metrics forget its live gauges).
     """
     if count < 1:
         raise ValueError(f"workers must be at least 1, got {count}")
-    children: dict[int, tuple[int, int]] = {}  # pid -> worker number, read end of its ready pipe
-    restarts: deque[float] = deque()
-    stopping = False
+    return _Supervisor(count, serve, listener, max_restarts, start_timeout, stop_timeout, on_exit).run()
 
-    def spawn(number: int) -> None:
-        ready_read, ready_write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the worker
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            _stop_with_parent(parent)
-            os.close(ready_read)
-            for _, other in children.values():
-                os.close(other)
-            code = 0
-            try:
-                serve(lambda: os.write(ready_write, b"!"))
-            except SystemExit as exc:  # run() has said why: a startup that failed
-                code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
-            except BaseException:
-                logger.exception("worker %d failed", number)
-                code = 1
-            finally:
-                os._exit(code)
-        os.close(ready_write)
-        os.set_blocking(ready_read, False)
-        children[pid] = (number, ready_read)
 
-    def stop(signum: int, frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        for pid in children:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+@dataclass(eq=False)
+class _Worker:
+    number: int  # its slot, 0 .. count - 1
+    pid: int
+    pipe: int | None  # the read end of its report pipe, until EOF
+    started: float
+    ready: bool = False
+    report: bytes = b""
+    stopping: float = 0.0  # when it was told to stop
+    purpose: str = "start"  # "start" (the first start), "restart" or "reload"
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    parent = os.getpid()
-    for number in range(count):
-        spawn(number)
-    logger.info("aiorest: starting %d workers (pids %s)", count, sorted(children))
-    exit_code = 0
-    while children:
+    @property
+    def reason(self) -> str:
+        return self.report[1:].decode("utf-8", "replace") if self.report[:1] == b"F" else ""
+
+
+@dataclass
+class _Reload:
+    slots: deque[int]
+    replacing: _Worker | None = None
+    replaced: int = 0
+    again: bool = False  # another SIGHUP came during this one
+    started: float = field(default_factory=time.monotonic)
+
+
+class _Supervisor:
+    def __init__(
+        self,
+        count: int,
+        serve: Serve,
+        listener: socket.socket | None,
+        max_restarts: int,
+        start_timeout: float,
+        stop_timeout: float,
+        on_exit: Callable[[int], object] | None = None,
+    ) -> None:
+        self.count = count
+        self.serve = serve
+        self.listener = listener
+        self.max_restarts = max_restarts
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self.on_exit = on_exit
+        self.workers: dict[int, _Worker] = {}  # pid -> every worker alive, draining ones included
+        self.serving: dict[int, _Worker] = {}  # slot -> the worker that serves it (or starts for it)
+        self.all_started = False
+        self.stopping = False
+        self.exit_code = 0
+        self.reload: _Reload | None = None
+        self.restarts: deque[float] = deque()
+        self.selector = selectors.DefaultSelector()
+        self.wake = (-1, -1)  # the pipe set_wakeup_fd writes signal numbers to
+        self.parent = os.getpid()
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self) -> int:
+        wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_read, False)
+        os.set_blocking(wake_write, False)
+        self.selector.register(wake_read, selectors.EVENT_READ)
+        self.wake = (wake_read, wake_write)
+        previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+        handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)
+        previous = {signum: signal.signal(signum, _noted) for signum in handled}
         try:
-            pid, status = os.wait()
-        except ChildProcessError:
-            break
-        if pid not in children:
-            continue
-        number, ready_read = children.pop(pid)
-        if on_exit is not None:
-            on_exit(pid)
-        served = _said_ready(ready_read)
-        if stopping:
-            continue
-        code = os.waitstatus_to_exitcode(status)
-        if not served:
-            logger.error("worker %d (pid %d) failed to start (exit status %d): stopping the workers", number, pid, code)
-            exit_code = 1
-            stop(signal.SIGTERM, None)
-            continue
-        logger.error("worker %d (pid %d) exited with %d", number, pid, code)
+            self._spawn(0, "start")
+            while self.workers:
+                timeout = self._next_deadline() - time.monotonic()
+                for key, _ in self.selector.select(max(0.0, timeout)):
+                    if key.fd == wake_read:
+                        self._signals(os.read(wake_read, 256))
+                    else:
+                        self._read_report(key.data)
+                self._reap()
+                self._check_deadlines()
+        finally:
+            signal.set_wakeup_fd(previous_wakeup)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            self.selector.close()
+            os.close(wake_read)
+            os.close(wake_write)
+            self._close_listener()
+        sys.stdout.flush()
+        return self.exit_code
+
+    def _signals(self, received: bytes) -> None:
+        for signum in received:
+            if signum in (signal.SIGTERM, signal.SIGINT):
+                if not self.stopping:
+                    logger.info("%s: stopping the workers", signal.Signals(signum).name)
+                self._stop_all()
+            elif signum == signal.SIGHUP:
+                self._begin_reload()
+
+    def _next_deadline(self) -> float:
+        deadlines = [time.monotonic() + 1.0]
+        for worker in self.workers.values():
+            if worker.stopping:
+                deadlines.append(worker.stopping + self.stop_timeout)
+            elif not worker.ready:
+                deadlines.append(worker.started + self.start_timeout)
+        return min(deadlines)
+
+    def _check_deadlines(self) -> None:
         now = time.monotonic()
-        restarts.append(now)
-        while restarts and now - restarts[0] > 60:
-            restarts.popleft()
-        if len(restarts) > max_restarts:
-            logger.error("workers keep dying: stopping")
-            exit_code = 1
-            stop(signal.SIGTERM, None)
-            continue
-        spawn(number)
-    sys.stdout.flush()
-    return exit_code
+        for worker in list(self.workers.values()):
+            if worker.stopping and now - worker.stopping > self.stop_timeout:
+                logger.error(
+                    "worker %d (pid %d) still running %g s after SIGTERM: SIGKILL",
+                    worker.number,
+                    worker.pid,
+                    self.stop_timeout,
+                )
+                _kill(worker.pid, signal.SIGKILL)
+                worker.stopping = float("inf")  # killed once
+            elif not worker.ready and not worker.stopping and now - worker.started > self.start_timeout:
+                self._tell_to_stop(worker)
+                self._forget(worker)
+                self._not_started(worker, f"not ready within {self.start_timeout:g} s")
+
+    # -- workers ----------------------------------------------------------------------------
+
+    def _spawn(self, number: int, purpose: str) -> _Worker:
+        report_read, report_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(report_read)
+            self._be_worker(report_write)  # never returns
+        os.close(report_write)
+        os.set_blocking(report_read, False)
+        worker = _Worker(number, pid, report_read, time.monotonic(), purpose=purpose)
+        self.selector.register(report_read, selectors.EVENT_READ, worker)
+        self.workers[pid] = worker
+        if purpose != "reload":
+            self.serving[number] = worker
+        logger.info("worker %d (pid %d) starting", number, pid)
+        return worker
+
+    def _be_worker(self, report: int) -> None:
+        """In the forked worker: forget the parent's state, then serve."""
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the parent's signal (a terminal's hangup reaches both)
+        signal.set_wakeup_fd(-1)
+        for fd in (*self.wake, *(w.pipe for w in self.workers.values() if w.pipe is not None)):
+            os.close(fd)
+        self.selector.close()
+        os.environ["AIOREST_WORKERS"] = str(self.count)
+        _stop_with_parent(self.parent)
+
+        def ready() -> None:
+            os.write(report, b"R")
+
+        def failed(reason: str) -> None:
+            os.write(report, b"F" + reason.encode("utf-8", "replace")[:_MAX_REASON])
+
+        code = 0
+        try:
+            self.serve(ready, failed)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        except BaseException:
+            logger.exception("worker failed")
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
+    def _read_report(self, worker: _Worker) -> None:
+        assert worker.pipe is not None
+        try:
+            data = os.read(worker.pipe, _MAX_REASON + 1)
+        except BlockingIOError:
+            return
+        if not data:  # EOF: the worker (and all it forked) closed it
+            self.selector.unregister(worker.pipe)
+            os.close(worker.pipe)
+            worker.pipe = None
+            return
+        worker.report = (worker.report + data)[: _MAX_REASON + 1]
+        if data[:1] == b"R" and not worker.ready and not worker.stopping:
+            worker.ready = True
+            self._serves(worker)
+
+    def _reap(self) -> None:
+        while self.workers:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            worker = self.workers.pop(pid, None)
+            if worker is None:
+                continue
+            if worker.pipe is not None:  # what it wrote before it exited
+                self._read_report(worker)
+                if worker.pipe is not None:
+                    self.selector.unregister(worker.pipe)
+                    os.close(worker.pipe)
+                    worker.pipe = None
+            if self.on_exit is not None:
+                self.on_exit(pid)
+            self._exited(worker, os.waitstatus_to_exitcode(status))
+
+    def _forget(self, worker: _Worker) -> None:
+        """``worker`` no longer serves its slot."""
+        if self.serving.get(worker.number) is worker:
+            del self.serving[worker.number]
+
+    def _exited(self, worker: _Worker, code: int) -> None:
+        self._forget(worker)
+        if worker.stopping:
+            logger.info("worker %d (pid %d) exited with %d", worker.number, worker.pid, code)
+            return
+        if not worker.ready:
+            self._not_started(worker, worker.reason or f"exit status {code}")
+            return
+        logger.error("worker %d (pid %d) exited with %d while serving", worker.number, worker.pid, code)
+        if self.stopping:
+            return
+        now = time.monotonic()
+        self.restarts.append(now)
+        while self.restarts and now - self.restarts[0] > 60:
+            self.restarts.popleft()
+        if len(self.restarts) > self.max_restarts:
+            logger.error("workers keep dying (%d restarts within a minute): stopping", len(self.restarts))
+            self.exit_code = 1
+            self._stop_all()
+            return
+        self._spawn(worker.number, "restart")
+
+    def _serves(self, worker: _Worker) -> None:
+        """``worker`` said it serves."""
+        if self.stopping:
+            return
+        if worker.purpose == "reload":
+            assert self.reload is not None and self.reload.replacing is worker
+            old = self.serving.get(worker.number)
+            self.serving[worker.number] = worker
+            self.reload.replacing = None
+            self.reload.replaced += 1
+            if old is not None:
+                logger.info("reload: worker %d (pid %d) serves; stopping pid %d", worker.number, worker.pid, old.pid)
+                self._tell_to_stop(old)
+            else:
+                logger.info("reload: worker %d (pid %d) serves", worker.number, worker.pid)
+            self._continue_reload()
+        elif not self.all_started:
+            if worker.number == 0 and len(self.serving) == 1:
+                for number in range(1, self.count):
+                    self._spawn(number, "start")
+            if len(self.serving) == self.count and all(w.ready for w in self.serving.values()):
+                self.all_started = True
+                logger.info(
+                    "%d workers serving (pids %s)",
+                    self.count,
+                    " ".join(str(w.pid) for w in self.serving.values()),
+                )
+        else:
+            logger.info("worker %d (pid %d) serves", worker.number, worker.pid)
+
+    def _not_started(self, worker: _Worker, reason: str) -> None:
+        """``worker`` exited before it served, or took too long: ``reason`` says why."""
+        if self.stopping:
+            return
+        if worker.purpose == "reload":
+            assert self.reload is not None
+            self.reload.replacing = None
+            old = sum(1 for w in self.serving.values() if w.purpose != "reload" or w.started < self.reload.started)
+            new = len(self.serving) - old
+            kept = f"keeping the {old} old workers" if not new else f"keeping {old} old and {new} new workers"
+            logger.error(
+                "reload failed: new worker %d (pid %d) could not start: %s: %s", worker.number, worker.pid, reason, kept
+            )
+            again = self.reload.again
+            self.reload = None
+            if again:
+                self._begin_reload()
+        elif worker.purpose == "restart" and self.serving:
+            logger.error(
+                "worker %d (pid %d) could not be restarted: %s: %d workers left serving; SIGHUP starts it again",
+                worker.number,
+                worker.pid,
+                reason,
+                len(self.serving),
+            )
+        else:
+            logger.error(
+                "worker %d (pid %d) failed to start: %s: stopping the workers", worker.number, worker.pid, reason
+            )
+            self.exit_code = 1
+            self._stop_all()
+
+    # -- reloads and stops ------------------------------------------------------------------
+
+    def _begin_reload(self) -> None:
+        if self.stopping:
+            return
+        if not self.all_started:
+            logger.warning("SIGHUP while the workers start: ignored")
+            return
+        if self.reload is not None:
+            self.reload.again = True
+            logger.info("SIGHUP during a reload: another reload follows it")
+            return
+        logger.info("SIGHUP: replacing the %d workers one at a time", self.count)
+        self.reload = _Reload(deque(range(self.count)))
+        self._continue_reload()
+
+    def _continue_reload(self) -> None:
+        reload = self.reload
+        assert reload is not None
+        if reload.slots:
+            reload.replacing = self._spawn(reload.slots.popleft(), "reload")
+            return
+        logger.info(
+            "reload done: %d workers serving (pids %s)",
+            len(self.serving),
+            " ".join(str(w.pid) for w in self.serving.values()),
+        )
+        self.reload = None
+        if reload.again:
+            self._begin_reload()
+
+    def _tell_to_stop(self, worker: _Worker) -> None:
+        if not worker.stopping:
+            worker.stopping = time.monotonic()
+            _kill(worker.pid, signal.SIGTERM)
+
+    def _stop_all(self) -> None:
+        self.stopping = True
+        for worker in self.workers.values():
+            self._tell_to_stop(worker)
+        self._close_listener()
+
+    def _close_listener(self) -> None:
+        # The workers hold their copies while they drain; new connections are
+        # refused once the last one is closed, not left waiting in a queue.
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
 
 
-def _said_ready(ready_read: int) -> bool:
-    """Whether a worker that has exited wrote to its ready pipe (non-blocking read), which is closed."""
+def _noted(signum: int, frame: object) -> None:
+    """The handler of the signals the parent waits for: set_wakeup_fd hands it their numbers."""
+
+
+def _kill(pid: int, signum: int) -> None:
     try:
-        return os.read(ready_read, 1) != b""
-    except BlockingIOError:  # nothing written, and a process it forked still holds the write end
-        return False
-    finally:
-        os.close(ready_read)
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def _stop_with_parent(parent: int) -> None:

@@ -1,0 +1,70 @@
+"""Listening sockets: bound here (TCP or unix), or inherited (``--fd N``, systemd's ``LISTEN_FDS``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import stat
+
+__all__ = ["bind_tcp", "bind_unix", "inherited_socket", "systemd_socket"]
+
+SD_LISTEN_FDS_START = 3  # systemd passes its sockets from fd 3 on
+
+
+def bind_tcp(host: str, port: int, backlog: int) -> socket.socket:
+    """A listening TCP socket on ``host``'s first address (SO_REUSEADDR, no SO_REUSEPORT)."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+    return socket.create_server((host, port), family=family, backlog=backlog)
+
+
+def bind_unix(path: str, mode: int, backlog: int) -> socket.socket:
+    """A listening unix socket at ``path``, made ``mode``; a stale socket file there is removed first."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(os.stat(path).st_mode):
+            os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        os.chmod(path, mode)
+        sock.listen(backlog)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def inherited_socket(fd: int) -> socket.socket:
+    """The listening stream socket (TCP or unix) open as ``fd``; not passed on to programs this one runs.
+
+    Raises ValueError, saying why, if ``fd`` is not one.
+    """
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError as exc:
+        raise ValueError(f"fd {fd} is not a socket: {exc.strerror}") from None
+    if sock.type != socket.SOCK_STREAM or not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        sock.detach()
+        raise ValueError(f"fd {fd} is not a listening stream socket")
+    sock.set_inheritable(False)
+    return sock
+
+
+def systemd_socket() -> socket.socket | None:
+    """The socket systemd passed (socket activation), or None.
+
+    As ``sd_listen_fds`` does: used only when ``LISTEN_PID`` is this process;
+    ``LISTEN_FDS``, ``LISTEN_PID`` and ``LISTEN_FDNAMES`` are removed from the
+    environment either way, so that processes started from here do not take
+    them for theirs. Raises ValueError for more than one socket.
+    """
+    count = os.environ.pop("LISTEN_FDS", None)
+    pid = os.environ.pop("LISTEN_PID", None)
+    os.environ.pop("LISTEN_FDNAMES", None)
+    if count is None or pid != str(os.getpid()):
+        return None
+    if not count.isdigit() or int(count) < 1:
+        raise ValueError(f"LISTEN_FDS={count!r} is not a count of sockets")
+    if int(count) > 1:
+        raise ValueError(f"systemd passed {count} sockets (LISTEN_FDS); aiorest serves one")
+    return inherited_socket(SD_LISTEN_FDS_START)
