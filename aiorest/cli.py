@@ -91,6 +91,7 @@ def _migrate(action: str, directory: str, dsn: str | None) -> int:
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.command == "run":
+        os.environ["AIOREST_WORKERS"] = str(args.workers)
         app = load_app(args.app)
         options = {
             "log_level": args.log_level,
