@@ -557,9 +557,12 @@ class Database(_Queries):
         self._idle.append(connection)
 
     def _note_refusal(self, exc: BaseException) -> None:
-        """Count a connection PostgreSQL refused for lack of slots (a restart is the loss line's story)."""
+        """Count a connection PostgreSQL refused for lack of slots: max_connections, or a role's or database's limit.
+
+        (Refusals while it restarts are the lost connections' line's story.)
+        """
         reason = _first_line(exc)
-        if "too many clients" in reason or "connection slots are reserved" in reason:
+        if any(sign in reason for sign in ("too many clients", "too many connections", "slots are reserved")):
             self._refusals.note(reason)
 
     async def _recover(self, connection: _Connection) -> None:
