@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 from urllib.parse import parse_qs, urlsplit
 
 from bench.process import ServerProcess
@@ -45,8 +46,10 @@ def _free_port() -> int:
 
 
 @contextmanager
-def run_pgbouncer(server_url: str, *, pool_mode: str = "transaction", pool_size: int = 8) -> Iterator[str]:
-    """A PgBouncer on 127.0.0.1 in front of ``server_url``'s PostgreSQL; yields a URL template.
+def run_pgbouncer(
+    server_url: str, *, pool_mode: str = "transaction", pool_size: int = 8, port: int | None = None
+) -> Iterator[str]:
+    """A PgBouncer on 127.0.0.1 (``port``, or a free one) before ``server_url``'s PostgreSQL; yields a URL template.
 
     The template has ``{database}`` where the database name goes: every database of the
     server is served (``* =``), as the user of ``server_url``, with ``auth_type = any``
@@ -57,15 +60,15 @@ def run_pgbouncer(server_url: str, *, pool_mode: str = "transaction", pool_size:
     parts = urlsplit(server_url)
     query = parse_qs(parts.query)
     host = query.get("host", [parts.hostname or "127.0.0.1"])[0]
-    port = query.get("port", [str(parts.port or 5432)])[0]
+    server_port = query.get("port", [str(parts.port or 5432)])[0]
     user = parts.username or "postgres"
     owner = pwd.getpwuid(os.stat(host).st_uid).pw_name if host.startswith("/") else "nobody"
     directory = tempfile.mkdtemp(prefix="aiorest-pgbouncer-")
     os.chmod(directory, 0o755)
-    listen = _free_port()
+    listen = port or _free_port()
     config = Path(directory) / "pgbouncer.ini"
     config.write_text(
-        f"[databases]\n* = host={host} port={port} user={user}\n"
+        f"[databases]\n* = host={host} port={server_port} user={user}\n"
         "[pgbouncer]\n"
         f"listen_addr = 127.0.0.1\nlisten_port = {listen}\nunix_socket_dir =\n"
         f"auth_type = any\npool_mode = {pool_mode}\ndefault_pool_size = {pool_size}\n"
@@ -80,17 +83,13 @@ def run_pgbouncer(server_url: str, *, pool_mode: str = "transaction", pool_size:
     )
     try:
         deadline = time.monotonic() + 10
-        while True:
+        # Its own word, not a connect: something else may listen on a port it failed to bind.
+        while f"listening on 127.0.0.1:{listen}".encode() not in _read(log):
             if process.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"pgbouncer exited with {process.returncode}: {log.read().decode()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", listen), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("pgbouncer did not listen within 10 s") from None
-                time.sleep(0.05)
+                raise RuntimeError(f"pgbouncer exited with {process.returncode}: {_read(log).decode()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"pgbouncer did not listen within 10 s: {_read(log).decode()[-2000:]}")
+            time.sleep(0.05)
         yield f"postgresql://{user}@127.0.0.1:{listen}/{{database}}?sslmode=disable&connect_timeout=5"
     finally:
         process.terminate()
@@ -101,6 +100,11 @@ def run_pgbouncer(server_url: str, *, pool_mode: str = "transaction", pool_size:
             process.wait()
         log.close()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _read(log: IO[bytes]) -> bytes:
+    log.seek(0)
+    return log.read()
 
 
 def database_name(url: str) -> str:
