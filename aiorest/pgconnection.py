@@ -110,6 +110,28 @@ def _literals(params: Sequence[Any]) -> str | None:
     return ", ".join(map(str, params))
 
 
+def _inline_integers(sql: str, params: Sequence[Any]) -> str | None:
+    """``sql`` with its ``%s`` replaced by integer ``params`` (and ``%%`` by ``%``), as psycopg2 would.
+
+    None unless every parameter is an int and there is one ``%s`` each: psycopg2
+    then adapts them (and reports a mismatch). Unprepared statements (behind a
+    pooler, say) skip its adaptation this way, as prepared ones do with _literals.
+    """
+    if _literals(params) is None or "%(" in sql:
+        return None
+    values = iter(params)
+    try:
+        inlined = _PLACEHOLDER.sub(lambda match: "%" if match.group() == "%%" else _integer(next(values)), sql)
+    except StopIteration:
+        return None
+    return None if next(values, None) is not None else inlined
+
+
+def _integer(value: int) -> str:
+    # "-7::text" would be -(7::text), and "1-%s" would become "1--7", a comment.
+    return str(value) if value >= 0 else f"({value})"
+
+
 class _Connection:
     """One psycopg2 asynchronous connection: its socket on the loop, its one cursor, its prepared statements.
 
@@ -193,6 +215,10 @@ class _Connection:
                 if literals is not None:
                     return await self._run(f"EXECUTE {name} ({literals})", None)
                 return await self._run(f"EXECUTE {name} ({', '.join(['%s'] * len(params))})", params)
+        if params and not isinstance(params, dict):
+            inlined = _inline_integers(sql, params)
+            if inlined is not None:
+                return await self._run(inlined, None)
         return await self._run(sql, params)
 
     async def _run(self, sql: str, params: Params) -> Any:

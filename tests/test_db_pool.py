@@ -236,3 +236,20 @@ async def test_closing_the_pool_while_a_cancelled_statement_ends_closes_its_conn
     async with asyncio.timeout(2):
         await db.close()
     assert db.size == 0
+
+
+async def test_unprepared_statements_inline_integer_parameters_as_psycopg2_would(database_url):
+    db = Database(database_url, min_size=1, max_size=1, prepare=False)
+    await db.open()
+    try:
+        assert await db.fetchrows("SELECT %s::int + %s, '100%%', %s::text, 1-%s", (40, 2, -7, -1)) == [
+            (42, "100%", "-7", 2)
+        ]
+        assert await db.fetchval("SELECT %s::text", (True,)) == "true"  # not an int: psycopg2 adapts it
+        with pytest.raises(TypeError):  # psycopg2's own word on a count that does not match
+            await db.fetchval("SELECT %s", (1, 2))
+        with pytest.raises(IndexError):
+            await db.fetchval("SELECT %s, %s", (1,))
+        assert await db.fetchval("SELECT count(*) FROM pg_prepared_statements") == 0
+    finally:
+        await db.close()
