@@ -282,14 +282,19 @@ class Database(_Queries):
         max_total: int | None = None,
         pooler: Literal["transaction", "session"] | None = None,
     ) -> None:
+        # Until open() shares max_total out between the workers (known by then, not
+        # necessarily when the app is made): the whole of it, for one worker.
+        self.max_size: int
         if max_total is None:
-            max_size = 16 if max_size is None else max_size
-            if not 0 <= min_size <= max_size or max_size < 1:
+            self.max_size = 16 if max_size is None else max_size
+            if not 0 <= min_size <= self.max_size or self.max_size < 1:
                 raise ValueError(f"need 0 <= min_size <= max_size and max_size >= 1, got {min_size}, {max_size}")
         elif max_size is not None:
             raise ValueError("give max_size (per worker process) or max_total (for the host's workers), not both")
         elif max_total < 1 or min_size < 0:
             raise ValueError(f"need max_total >= 1 and min_size >= 0, got {max_total}, {min_size}")
+        else:
+            self.max_size = max_total
         if pooler not in (None, "transaction", "session"):
             raise ValueError(f"pooler must be 'transaction', 'session' or None, got {pooler!r}")
         if pooler == "transaction" and prepare:
@@ -301,10 +306,8 @@ class Database(_Queries):
         self.max_total = max_total
         self.pooler = pooler
         self._min_wanted = min_size
-        self.workers = 1
         self.min_size = min_size
-        self.max_size = max_size or 1
-        self._share_out()
+        self.workers = 1
         self.acquire_timeout = acquire_timeout
         self.statement_timeout = statement_timeout
         self.connect_timeout = connect_timeout
