@@ -178,6 +178,7 @@ class _Connection:
         self._ticks = 0  # _POLL_EVERY periods the statement in flight has run
         self._prepared: dict[str, str] = {}
         self._timed_out = False
+        self._cancelling: asyncio.Future[None] | None = None  # a cancel request sent at the timeout
         self.broken = False
         # Whether the last statement was handed to libpq to send: one that failed
         # before may be run again elsewhere, one sent may have run on the server.
@@ -253,9 +254,17 @@ class _Connection:
             raise
         except psycopg2.Error as exc:
             if self._timed_out:
+                await self._cancelled()
                 raise StatementTimeout() from exc
             raise
+        await self._cancelled()  # the statement ended just as its cancel went out
         return self._cursor
+
+    async def _cancelled(self) -> None:
+        """Wait for a cancel request sent at the timeout to be delivered, so it cannot hit the next statement."""
+        cancelling, self._cancelling = self._cancelling, None
+        if cancelling is not None:
+            await asyncio.wait([cancelling])
 
     async def _wait(self) -> None:
         """Until the statement sent ends (raises its error), polling it every _POLL_EVERY."""
@@ -330,7 +339,7 @@ class _Connection:
             return
         if self._cancel_at_timeout and elapsed > self._statement_timeout and not self._timed_out:
             self._timed_out = True
-            self._cancel()  # if it fails, the close a second later ends the statement
+            self._cancelling = self._cancel()  # if it fails, the close a second later ends the statement
         self._ready()
         self._timer = self._loop.call_later(_POLL_EVERY, self._tick)
 
