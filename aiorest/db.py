@@ -21,7 +21,16 @@ beside the connection in pgconnection.py, which raises one): pool exhausted
 past the acquire timeout and database unreachable or restarting → 503 with
 ``Retry-After``; unique violation → 409; check, foreign-key or not-null
 violation → 422; statement timeout → 503. Connections lost with their server
-are dropped quietly and replaced; one log line per burst counts them.
+are dropped quietly and replaced; one log line per burst counts them, and so
+do requests turned away because the pool was exhausted or PostgreSQL refused
+a connection.
+
+Sizing: ``max_size`` is per worker process; ``max_total`` is the host's, shared
+out between the ``$AIOREST_WORKERS`` workers (``aiorest run --workers N`` sets
+it). At open, the host's total is checked against what PostgreSQL can give
+(``max_connections`` less its reserved connections): a pool that cannot fit
+refuses to open, since under load it would turn requests into 503s and lock
+out every other client of that server.
 """
 
 from __future__ import annotations
@@ -31,9 +40,9 @@ import contextvars
 import logging
 import os
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg2
 import psycopg2.errors
@@ -68,12 +77,16 @@ logger = logging.getLogger("aiorest.db")
 
 _DISCONNECTS = (psycopg2.OperationalError, psycopg2.InterfaceError)
 _CONNECT_ERRORS = (*_DISCONNECTS, OSError, TimeoutError)
-# Lost connections are logged as one line per burst: a restart ends them all
-# within milliseconds, so the line waits _LOSS_REPORT_DELAY to count the burst;
-# and at most one line per _LOSS_REPORT_GAP, so a flapping server cannot flood
-# the log (each line counts every loss since the previous one).
-_LOSS_REPORT_DELAY = 0.5
-_LOSS_REPORT_GAP = 10.0
+# Lost connections, and requests turned away, are logged as one line per burst:
+# a restart ends every connection within milliseconds, so the line waits
+# _REPORT_DELAY to count the burst; and at most one line per _REPORT_GAP, so a
+# flapping server or a lasting overload cannot flood the log (each line counts
+# every event since the previous one).
+_REPORT_DELAY = 0.5
+_REPORT_GAP = 10.0
+# Seconds a cancelled task's statement may take to end (server-side cancel,
+# then ROLLBACK) before its connection is closed instead of reused.
+_RECOVER_TIMEOUT = 5.0
 # A pool below min_size (or with requests waiting) reconnects in the background,
 # this long after a failed attempt, doubling up to _RECONNECT_MAX_DELAY.
 _RECONNECT_DELAY = 0.05
@@ -97,6 +110,61 @@ def _translate(exc: BaseException) -> BaseException:
     if isinstance(exc, _DISCONNECTS):
         return DatabaseUnavailable()
     return exc
+
+
+class _Tally:
+    """Events counted and logged as one WARNING line per burst (see _REPORT_DELAY).
+
+    ``message(count, reason)`` words the line; ``reason`` is the first event's.
+    """
+
+    def __init__(self, message: Callable[[int, str], str]) -> None:
+        self._message = message
+        self._count = 0
+        self._reason = ""
+        self._report: asyncio.TimerHandle | None = None
+        self._last_report = float("-inf")
+
+    def note(self, reason: str) -> None:
+        self._count += 1
+        if not self._reason:
+            self._reason = reason
+        if self._report is None:
+            loop = asyncio.get_running_loop()
+            at = max(loop.time() + _REPORT_DELAY, self._last_report + _REPORT_GAP)
+            self._report = loop.call_at(at, self.report)
+
+    def report(self) -> None:
+        """Log what was counted (now, if a line is pending)."""
+        if self._report is not None:
+            self._report.cancel()
+            self._report = None
+        if not self._count:
+            return
+        self._last_report = asyncio.get_running_loop().time()
+        count, self._count = self._count, 0
+        reason, self._reason = self._reason, ""
+        logger.warning("%s", self._message(count, reason))
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().partition("\n")[0] or type(exc).__name__
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _workers() -> int:
+    """The worker processes of this host sharing ``max_total``: ``$AIOREST_WORKERS``, else 1."""
+    text = os.environ.get("AIOREST_WORKERS", "1")
+    try:
+        workers = int(text)
+    except ValueError:
+        workers = 0
+    if workers < 1:
+        raise RuntimeError(f"AIOREST_WORKERS must be a number of worker processes (1 or more), got {text!r}")
+    return workers
 
 
 class _Queries:
@@ -166,7 +234,9 @@ class Transaction(_Queries):
         try:
             yield Transaction(self._connection, self._depth + 1)
         except BaseException:
-            if not self._connection.broken:
+            # A statement cancelled with its task still runs: the pool ends it
+            # and rolls the whole transaction back when the connection returns.
+            if not self._connection.broken and not self._connection.interrupted:
                 await self._execute(rollback, None, prepare=False)
             raise
         await self._execute(commit, None, prepare=False)
@@ -179,10 +249,19 @@ class Database(_Queries):
     """A bounded pool of PostgreSQL connections, first come first served.
 
     ``dsn``: a libpq URL or key=value string; default ``$DATABASE_URL``.
-    ``min_size`` connections open at startup, up to ``max_size``. ``acquire_timeout``:
-    seconds a request may wait for a free connection (then 503). ``statement_timeout``:
-    seconds a statement may run (then 503). ``prepare``: prepare each statement once
-    per connection (turn off behind a pooler in transaction mode, e.g. PgBouncer).
+    ``min_size`` connections open at startup, up to ``max_size`` per worker
+    process (default 16), or up to ``max_total`` for the whole host, shared out
+    between its ``$AIOREST_WORKERS`` workers (give one of the two). At open, the
+    host's total (per worker × workers) must fit in PostgreSQL's
+    ``max_connections`` less its reserved connections, or open raises.
+    ``acquire_timeout``: seconds a request may wait for a free connection (then
+    503). ``statement_timeout``: seconds a statement may run (then 503).
+    ``prepare``: prepare each statement once per connection (default: on,
+    unless ``pooler="transaction"``). ``pooler``: ``"transaction"`` or
+    ``"session"`` when the DSN names a pooler such as PgBouncer in that mode:
+    the capacity check is skipped (the pooler holds the server connections),
+    and in transaction mode statements are not prepared and the statement
+    timeout is enforced by cancelling from the client, not by a session SET.
     ``application_name`` names the connections in ``pg_stat_activity``.
 
     Inside ``async with db.transaction():`` the helpers of ``db`` use the
@@ -194,22 +273,45 @@ class Database(_Queries):
         dsn: str | None = None,
         *,
         min_size: int = 2,
-        max_size: int = 16,
+        max_size: int | None = None,
         acquire_timeout: float = 5.0,
         statement_timeout: float = 30.0,
         connect_timeout: float = 5.0,
-        prepare: bool = True,
+        prepare: bool | None = None,
         application_name: str = "aiorest",
+        max_total: int | None = None,
+        pooler: Literal["transaction", "session"] | None = None,
     ) -> None:
-        if not 0 <= min_size <= max_size or max_size < 1:
-            raise ValueError(f"need 0 <= min_size <= max_size and max_size >= 1, got {min_size}, {max_size}")
+        # Until open() shares max_total out between the workers (known by then, not
+        # necessarily when the app is made): the whole of it, for one worker.
+        self.max_size: int
+        if max_total is None:
+            self.max_size = 16 if max_size is None else max_size
+            if not 0 <= min_size <= self.max_size or self.max_size < 1:
+                raise ValueError(f"need 0 <= min_size <= max_size and max_size >= 1, got {min_size}, {max_size}")
+        elif max_size is not None:
+            raise ValueError("give max_size (per worker process) or max_total (for the host's workers), not both")
+        elif max_total < 1 or min_size < 0:
+            raise ValueError(f"need max_total >= 1 and min_size >= 0, got {max_total}, {min_size}")
+        else:
+            self.max_size = max_total
+        if pooler not in (None, "transaction", "session"):
+            raise ValueError(f"pooler must be 'transaction', 'session' or None, got {pooler!r}")
+        if pooler == "transaction" and prepare:
+            raise ValueError(
+                "prepare=True cannot work behind a pooler in transaction mode: the next transaction"
+                " may run on a server connection that never saw the PREPARE"
+            )
         self.dsn = dsn
+        self.max_total = max_total
+        self.pooler = pooler
+        self._min_wanted = min_size
         self.min_size = min_size
-        self.max_size = max_size
+        self.workers = 1
         self.acquire_timeout = acquire_timeout
         self.statement_timeout = statement_timeout
         self.connect_timeout = connect_timeout
-        self.prepare = prepare
+        self.prepare = pooler != "transaction" if prepare is None else prepare
         self.application_name = application_name
         self._idle: deque[_Connection] = deque()
         self._waiters: deque[asyncio.Future[_Connection]] = deque()
@@ -218,10 +320,40 @@ class Database(_Queries):
         self._size = 0  # open connections plus those being opened
         self._closed = True
         self._reconnecting: asyncio.Task[None] | None = None
-        self._losses = 0  # connections lost since the last report
-        self._loss_reason = ""
-        self._loss_report: asyncio.TimerHandle | None = None
-        self._last_loss_report = float("-inf")
+        self._recovering: set[asyncio.Task[None]] = set()
+        self._losses = _Tally(
+            lambda count, reason: (
+                f"lost {_plural(count, 'connection')} to PostgreSQL: {reason}"
+                + ("" if self._closed else "; reconnecting")
+            )
+        )
+        self._timeouts = _Tally(
+            lambda count, reason: (
+                f"database pool exhausted: {_plural(count, 'request')} got 503 after waiting"
+                f" {self.acquire_timeout:g} s for a connection (pool max {self.max_size} per worker ×"
+                f" {_plural(self.workers, 'worker')}); raise the pool size if PostgreSQL has room, or acquire_timeout"
+            )
+        )
+        self._refusals = _Tally(
+            lambda count, reason: (
+                f"PostgreSQL refused {_plural(count, 'new connection')}, requests got 503: {reason}; the pools of every"
+                f" worker and host, with its other clients, need more than its max_connections"
+            )
+        )
+
+    def _share_out(self) -> None:
+        """Set ``max_size`` (and cap ``min_size``) from ``max_total`` and ``$AIOREST_WORKERS``."""
+        self.workers = _workers()
+        if self.max_total is None:
+            return
+        share = self.max_total // self.workers
+        if share < 1:
+            raise RuntimeError(
+                f"max_total {self.max_total} cannot be shared between {self.workers} workers:"
+                " each needs at least one connection"
+            )
+        self.max_size = share
+        self.min_size = min(self._min_wanted, share)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -245,19 +377,46 @@ class Database(_Queries):
         app.contexts.append(pool)
 
     async def open(self) -> None:
-        """Connect ``min_size`` connections (raises if PostgreSQL cannot be reached)."""
+        """Connect ``min_size`` connections, and check the host's pools fit in the server (else raise).
+
+        Raises if PostgreSQL cannot be reached, or (unless ``pooler`` is set, or
+        ``min_size`` is 0) if ``max_size`` × ``$AIOREST_WORKERS`` exceeds its
+        ``max_connections`` less its reserved connections.
+        """
         if self.dsn is None:
             self.dsn = os.environ.get("DATABASE_URL")
         if not self.dsn:
             raise RuntimeError("no database: pass Database(dsn) or set DATABASE_URL")
+        self._share_out()  # the workers are known now: the app may have been made before they were
         self._closed = False
         try:
             for _ in range(self.min_size):
                 self._size += 1
                 self._idle.append(await self._connect())
+            if self._idle and self.pooler is None:
+                await self._check_capacity(self._idle[0])
         except BaseException:
             await self.close()
             raise
+
+    async def _check_capacity(self, connection: _Connection) -> None:
+        """Raise if this host's pools could ask PostgreSQL for more connections than it gives."""
+        cursor = await connection.execute(
+            "SELECT current_setting('max_connections')::int, current_setting('superuser_reserved_connections')::int,"
+            " coalesce(current_setting('reserved_connections', true), '0')::int",  # PostgreSQL 16+
+            prepare=False,
+        )
+        max_connections, superuser_reserved, reserved = cursor.fetchone()
+        available = max_connections - superuser_reserved - reserved
+        total = self.max_size * self.workers
+        if total > available:
+            raise RuntimeError(
+                f"database pool too large: pool max {self.max_size} × {_plural(self.workers, 'worker')}"
+                f" (AIOREST_WORKERS) = {total} connections exceeds PostgreSQL's max_connections {max_connections}"
+                f" − {superuser_reserved + reserved} reserved = {available}; set Database(max_total=...) for this"
+                f" host to at most {available} less what other clients and hosts need, raise max_connections,"
+                " or put PgBouncer in front"
+            )
 
     async def close(self) -> None:
         """Close every idle connection; connections in use close when released."""
@@ -265,9 +424,12 @@ class Database(_Queries):
         self._fail_waiters("the database pool is closed")
         while self._idle:
             self._discard(self._idle.popleft())
-        if self._loss_report is not None:
-            self._loss_report.cancel()
-            self._report_losses()
+        for recovering in self._recovering:
+            recovering.cancel()  # its connection is closed on the way out
+        if self._recovering:
+            await asyncio.wait(self._recovering)
+        for tally in (self._losses, self._timeouts, self._refusals):
+            tally.report()
         if self._reconnecting is not None:
             self._reconnecting.cancel()
             await asyncio.wait([self._reconnecting])
@@ -307,14 +469,18 @@ class Database(_Queries):
                     await _connect_raw(self.dsn, self.application_name),
                     prepare=self.prepare,
                     statement_timeout=self.statement_timeout,
+                    # Behind a pooler in transaction mode a session's SET lands on
+                    # whichever server connection runs it, and stays there for others.
+                    cancel_at_timeout=self.pooler == "transaction",
                     lost=self._lost,
                 )
-                try:
-                    timeout = int(self.statement_timeout * 1000)
-                    await connection.execute(f"SET statement_timeout = {timeout}", prepare=False)
-                except BaseException:
-                    connection.close()
-                    raise
+                if self.pooler != "transaction":
+                    try:
+                        timeout = int(self.statement_timeout * 1000)
+                        await connection.execute(f"SET statement_timeout = {timeout}", prepare=False)
+                    except BaseException:
+                        connection.close()
+                        raise
         except BaseException:
             self._size -= 1
             self._reconnect()
@@ -340,6 +506,7 @@ class Database(_Queries):
             try:
                 return await self._connect()
             except _CONNECT_ERRORS as exc:
+                self._note_refusal(exc)
                 raise DatabaseUnavailable() from exc
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[_Connection] = loop.create_future()
@@ -348,6 +515,9 @@ class Database(_Queries):
         timer = loop.call_later(self.acquire_timeout, _expire, waiter)
         try:
             return await waiter
+        except PoolTimeout:
+            self._timeouts.note("")
+            raise
         except asyncio.CancelledError:
             if _handed(waiter):
                 self._release(waiter.result())  # handed a connection just as we were cancelled
@@ -374,6 +544,11 @@ class Database(_Queries):
             self._given_up = 0
 
     def _release(self, connection: _Connection) -> None:
+        if connection.interrupted and not connection.broken and not self._closed:
+            task = asyncio.get_running_loop().create_task(self._recover(connection))
+            self._recovering.add(task)
+            task.add_done_callback(self._recovering.discard)
+            return
         if self._closed or not connection.reusable:
             self._discard(connection)
             return
@@ -383,6 +558,27 @@ class Database(_Queries):
                 waiter.set_result(connection)
                 return
         self._idle.append(connection)
+
+    def _note_refusal(self, exc: BaseException) -> None:
+        """Count a connection PostgreSQL refused for lack of slots: max_connections, or a role's or database's limit.
+
+        (Refusals while it restarts are the lost connections' line's story.)
+        """
+        reason = _first_line(exc)
+        if any(sign in reason for sign in ("too many clients", "too many connections", "slots are reserved")):
+            self._refusals.note(reason)
+
+    async def _recover(self, connection: _Connection) -> None:
+        """End the statement a cancelled task left on ``connection``, then pool it again (or close it)."""
+        try:
+            async with asyncio.timeout(_RECOVER_TIMEOUT):
+                await connection.recover()
+        except Exception as exc:
+            logger.debug("closing a connection whose cancelled statement did not end cleanly: %r", exc)
+        finally:
+            if not connection.reusable:  # failed, timed out, or cancelled by close(): not pooled again
+                connection.broken = True
+            self._release(connection)
 
     def _discard(self, connection: _Connection) -> None:
         self._size -= 1
@@ -407,27 +603,8 @@ class Database(_Queries):
         if connection in self._idle:
             self._idle.remove(connection)
             self._size -= 1
-        self._losses += 1
-        if not self._loss_reason:
-            self._loss_reason = str(exc).strip().partition("\n")[0] or type(exc).__name__
-        if self._loss_report is None:
-            loop = asyncio.get_running_loop()
-            at = max(loop.time() + _LOSS_REPORT_DELAY, self._last_loss_report + _LOSS_REPORT_GAP)
-            self._loss_report = loop.call_at(at, self._report_losses)
+        self._losses.note(_first_line(exc))
         self._reconnect()
-
-    def _report_losses(self) -> None:
-        self._loss_report = None
-        self._last_loss_report = asyncio.get_running_loop().time()
-        count, self._losses = self._losses, 0
-        reason, self._loss_reason = self._loss_reason, ""
-        logger.warning(
-            "lost %d connection%s to PostgreSQL: %s%s",
-            count,
-            "" if count == 1 else "s",
-            reason,
-            "" if self._closed else "; reconnecting",
-        )
 
     def _reconnect(self) -> None:
         """Reopen connections in the background while the pool is short (see _short)."""
@@ -450,6 +627,8 @@ class Database(_Queries):
                     connection = await self._connect()
                 except Exception as exc:
                     # Still unreachable: the waiters hear it now rather than at their timeout.
+                    if self._waiters:
+                        self._note_refusal(exc)
                     self._fail_waiters("database unavailable", exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, _RECONNECT_MAX_DELAY)

@@ -110,6 +110,28 @@ def _literals(params: Sequence[Any]) -> str | None:
     return ", ".join(map(str, params))
 
 
+def _inline_integers(sql: str, params: Sequence[Any]) -> str | None:
+    """``sql`` with its ``%s`` replaced by integer ``params`` (and ``%%`` by ``%``), as psycopg2 would.
+
+    None unless every parameter is an int and there is one ``%s`` each: psycopg2
+    then adapts them (and reports a mismatch). Unprepared statements (behind a
+    pooler, say) skip its adaptation this way, as prepared ones do with _literals.
+    """
+    if _literals(params) is None or "%(" in sql:
+        return None
+    values = iter(params)
+    try:
+        inlined = _PLACEHOLDER.sub(lambda match: "%" if match.group() == "%%" else _integer(next(values)), sql)
+    except StopIteration:
+        return None
+    return None if next(values, None) is not None else inlined
+
+
+def _integer(value: int) -> str:
+    # "-7::text" would be -(7::text), and "1-%s" would become "1--7", a comment.
+    return str(value) if value >= 0 else f"({value})"
+
+
 class _Connection:
     """One psycopg2 asynchronous connection: its socket on the loop, its one cursor, its prepared statements.
 
@@ -121,10 +143,16 @@ class _Connection:
 
     ``prepare``: prepare each statement text once, up to _PREPARED_MAX texts (``execute`` may still be told
     not to). ``statement_timeout``: seconds a statement may run; a second past
-    it, the connection is closed and the statement raises StatementTimeout
-    (PostgreSQL's own statement_timeout, which the caller sets, ends it first).
+    it, the connection is closed and the statement raises StatementTimeout.
+    PostgreSQL's own statement_timeout, which the caller sets, ends it first;
+    with ``cancel_at_timeout`` (behind a pooler, where a session's SET cannot
+    be kept) the connection asks the server to cancel it at the timeout.
     ``lost(connection, exc)``: called once, the connection closed already, when
     it died with its backend.
+
+    A task cancelled while its statement runs leaves the statement running:
+    the connection is then ``interrupted`` (not reusable) until ``recover()``
+    has the server cancel it and rolls back what it was in.
     """
 
     def __init__(
@@ -133,12 +161,14 @@ class _Connection:
         *,
         prepare: bool,
         statement_timeout: float,
+        cancel_at_timeout: bool = False,
         lost: Callable[[_Connection, BaseException], None],
     ) -> None:
         self.raw = raw
         self._cursor = raw.cursor()
         self._prepare = prepare
         self._statement_timeout = statement_timeout
+        self._cancel_at_timeout = cancel_at_timeout
         self._lost = lost
         self._loop = asyncio.get_running_loop()
         self._fd = raw.fileno()
@@ -148,17 +178,26 @@ class _Connection:
         self._ticks = 0  # _POLL_EVERY periods the statement in flight has run
         self._prepared: dict[str, str] = {}
         self._timed_out = False
+        self._cancelling: asyncio.Future[None] | None = None  # a cancel request sent at the timeout
         self.broken = False
         # Whether the last statement was handed to libpq to send: one that failed
         # before may be run again elsewhere, one sent may have run on the server.
         self.sent = False
+        # A statement was left running by a cancelled task: nothing more may be
+        # sent until recover() has ended it.
+        self.interrupted = False
         self._idle_check = select.poll()
         self._idle_check.register(self._fd, select.POLLIN)
         self._loop.add_reader(self._fd, self._ready)
 
     @property
     def reusable(self) -> bool:
-        return not self.broken and not self.raw.closed and self.raw.get_transaction_status() == _IDLE
+        return (
+            not self.broken
+            and not self.interrupted
+            and not self.raw.closed
+            and self.raw.get_transaction_status() == _IDLE
+        )
 
     async def execute(self, sql: str, params: Params = None, *, prepare: bool = True) -> Any:
         """Run one statement; returns psycopg2's cursor, positioned on the results."""
@@ -177,6 +216,10 @@ class _Connection:
                 if literals is not None:
                     return await self._run(f"EXECUTE {name} ({literals})", None)
                 return await self._run(f"EXECUTE {name} ({', '.join(['%s'] * len(params))})", params)
+        if params and not isinstance(params, dict):
+            inlined = _inline_integers(sql, params)
+            if inlined is not None:
+                return await self._run(inlined, None)
         return await self._run(sql, params)
 
     async def _run(self, sql: str, params: Params) -> Any:
@@ -187,32 +230,74 @@ class _Connection:
                 "one statement at a time on a connection: another is running on it; tasks that share"
                 " a transaction or a db.connection() must await their statements in turn, not at once"
             )
+        if self.interrupted:
+            raise RuntimeError(
+                "this connection's statement was cancelled with its task and still runs: a block that"
+                " catches asyncio.CancelledError must re-raise it, not go on with the connection"
+            )
         self.sent = False
+        self._timed_out = False
         self._check_alive()
-        waiter = self._loop.create_future()
-        self._waiter = waiter
         try:
             self._cursor.execute(sql, params)
         except BaseException as exc:
-            self._waiter = None
             self.broken = True
             if self.raw.closed:
                 self._lose(exc)
             raise
         self.sent = True
+        try:
+            await self._wait()
+        except asyncio.CancelledError:
+            if not self.broken:
+                self.interrupted = True
+            raise
+        except psycopg2.Error as exc:
+            if self._timed_out:
+                await self._cancelled()
+                raise StatementTimeout() from exc
+            raise
+        await self._cancelled()  # the statement ended just as its cancel went out
+        return self._cursor
+
+    async def _cancelled(self) -> None:
+        """Wait for a cancel request sent at the timeout to be delivered, so it cannot hit the next statement."""
+        cancelling, self._cancelling = self._cancelling, None
+        if cancelling is not None:
+            await asyncio.wait([cancelling])
+
+    async def _wait(self) -> None:
+        """Until the statement sent ends (raises its error), polling it every _POLL_EVERY."""
+        waiter = self._loop.create_future()
+        self._waiter = waiter
         self._ready()
         self._ticks = 0
         self._timer = self._loop.call_later(_POLL_EVERY, self._tick)
         try:
             await waiter
-        except psycopg2.Error as exc:
-            if self._timed_out:
-                raise StatementTimeout() from exc
-            raise
         finally:
             self._timer.cancel()
             self._waiter = None
-        return self._cursor
+
+    async def recover(self) -> None:
+        """End the statement a cancelled task left running, and any transaction it was in.
+
+        The server is asked to cancel it (PQcancel, which opens a connection of
+        its own and blocks: in a thread), then its end is awaited, then a
+        ROLLBACK is sent if a transaction is open. Raises if the connection
+        fails meanwhile; the caller bounds the time it may take.
+        """
+        cancel = self._cancel()
+        try:
+            await self._wait()
+        except psycopg2.Error:
+            pass  # canceled, as asked (or failed by itself): either way it is over
+        await cancel
+        if self.broken or self.raw.closed:
+            raise psycopg2.OperationalError("the connection was lost while its statement was cancelled")
+        self.interrupted = False
+        if self.raw.get_transaction_status() != _IDLE:
+            await self._run("ROLLBACK", None)
 
     def _check_alive(self) -> None:
         """Raise if the server ended the connection while it was idle, before a statement is sent to it.
@@ -248,9 +333,13 @@ class _Connection:
         for a silent server.
         """
         self._ticks += 1
-        if self._ticks * _POLL_EVERY > self._statement_timeout + 1.0:
+        elapsed = self._ticks * _POLL_EVERY
+        if elapsed > self._statement_timeout + 1.0:
             self._on_timeout()
             return
+        if self._cancel_at_timeout and elapsed > self._statement_timeout and not self._timed_out:
+            self._timed_out = True
+            self._cancelling = self._cancel()  # if it fails, the close a second later ends the statement
         self._ready()
         self._timer = self._loop.call_later(_POLL_EVERY, self._tick)
 
@@ -282,6 +371,13 @@ class _Connection:
                 self._writing = True
         elif self._writing:  # POLL_READ: the statement is sent
             self._stop_writing()
+
+    def _cancel(self) -> asyncio.Future[None]:
+        """Ask the server to cancel the statement running (PQcancel blocks: in a thread)."""
+        cancel = self._loop.run_in_executor(None, self.raw.cancel)
+        # Whoever does not await it must not leave its failure unretrieved.
+        cancel.add_done_callback(lambda done: None if done.cancelled() else done.exception())
+        return cancel
 
     def _stop_writing(self) -> None:
         self._writing = False

@@ -16,8 +16,8 @@ MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 
 
 def create_app(database: Database | None = None) -> App:
-    """A new App on ``database`` (default: a pool on ``$DATABASE_URL``)."""
-    database = database or Database(min_size=4, max_size=32)
+    """A new App on ``database`` (default: a pool on ``$DATABASE_URL``, see ``database_from_env``)."""
+    database = database or database_from_env()
     app = App()
     database.setup(app)
 
@@ -31,8 +31,31 @@ def create_app(database: Database | None = None) -> App:
     return app
 
 
-db = Database(
-    min_size=int(os.environ.get("DATABASE_POOL_MIN", "4")),
-    max_size=int(os.environ.get("DATABASE_POOL_MAX", "32")),
-)
+def database_from_env() -> Database:
+    """The example's pool, configured by the environment (docs/deployment.rst):
+
+    ``DATABASE_POOL_TOTAL`` connections for the whole host (default 64: with
+    PostgreSQL's default max_connections of 100 that leaves a third for other
+    clients), shared out between the ``--workers``; or ``DATABASE_POOL_MAX`` per
+    worker instead. ``DATABASE_POOL_MIN`` per worker (default 4).
+    ``DATABASE_ACQUIRE_TIMEOUT`` seconds a request may queue for a connection
+    (default 10: a burst of hundreds of clients queues, it is not an error).
+    ``DATABASE_POOLER=transaction`` behind PgBouncer in transaction mode
+    (``session`` in session mode); ``DATABASE_PREPARE=0`` turns prepared
+    statements off alone.
+    """
+    env = os.environ
+    per_worker = env.get("DATABASE_POOL_MAX")
+    prepare = env.get("DATABASE_PREPARE")
+    return Database(
+        min_size=int(env.get("DATABASE_POOL_MIN", "4")),
+        max_size=int(per_worker) if per_worker else None,
+        max_total=None if per_worker else int(env.get("DATABASE_POOL_TOTAL", "64")),
+        acquire_timeout=float(env.get("DATABASE_ACQUIRE_TIMEOUT", "10")),
+        prepare=None if prepare is None else prepare not in ("0", "false", "no", "off"),
+        pooler=env.get("DATABASE_POOLER") or None,  # type: ignore[arg-type]  # Database checks the value
+    )
+
+
+db = database_from_env()
 app = create_app(db)
