@@ -10,8 +10,7 @@ a foreground process listening on 127.0.0.1 only::
         ...                      # http://127.0.0.1:{port}/...
     # stopped (SIGQUIT, then SIGKILL of the master and its workers), prefix removed
 
-``AiorestProcess`` runs ``python -m aiorest run MODULE:APP`` on a TCP port or a
-unix socket and waits until it answers.
+The aiorest processes behind it are ``load.procs.AiorestProcess``.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -213,76 +211,3 @@ class Nginx:
         self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.close()
-
-
-class AiorestProcess:
-    """``python -m aiorest run APP`` on a TCP port of 127.0.0.1 or on a unix socket (mode 666).
-
-    ``ready_path`` is requested until it answers (any status). The output goes
-    to ``log``. ``python`` runs with this repository first on ``PYTHONPATH``.
-    """
-
-    def __init__(
-        self,
-        app: str,
-        *,
-        port: int | None = None,
-        unix: str | None = None,
-        args: Sequence[str] = (),
-        cwd: str | Path = ROOT,
-        log: Path | None = None,
-        ready_path: str = "/",
-    ) -> None:
-        if port is not None and unix is not None:
-            raise ValueError("give a port or a unix socket path, not both")
-        if unix is None and port is None:
-            port = free_port()
-        self.app, self.port, self.unix = app, port, unix
-        self.args, self.cwd, self.ready_path = list(args), Path(cwd), ready_path
-        self.log = log or Path(tempfile.mkstemp(prefix="aiorest-", suffix=".log")[1])
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def upstream(self) -> str:
-        """This process as an nginx upstream server: ``127.0.0.1:PORT`` or ``unix:PATH``."""
-        return f"unix:{self.unix}" if self.unix is not None else f"127.0.0.1:{self.port}"
-
-    @property
-    def address(self) -> str | tuple[str, int]:
-        return self.unix if self.unix is not None else ("127.0.0.1", int(self.port or 0))
-
-    def start(self, timeout: float = 15.0) -> AiorestProcess:
-        where = ["--unix", self.unix, "--unix-mode", "666"] if self.unix else ["--port", str(self.port)]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        with self.log.open("ab") as output:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "aiorest", "run", self.app, *where, *self.args],
-                cwd=self.cwd,
-                env=env,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-            )
-        _wait_until(
-            lambda: probe(self.address, self.ready_path) is not None, self.process, timeout, "aiorest", self.log
-        )
-        return self
-
-    @property
-    def pid(self) -> int:
-        if self.process is None:
-            raise RuntimeError("aiorest is not started")
-        return self.process.pid
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM (graceful); SIGKILL it and its workers after ``timeout`` s."""
-        if self.process is not None:
-            _stop(self.process, signal.SIGTERM, timeout)
-
-    def __enter__(self) -> AiorestProcess:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.stop()

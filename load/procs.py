@@ -100,6 +100,11 @@ class AiorestProcess:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def upstream(self) -> str:
+        """This process as an nginx upstream server: ``127.0.0.1:PORT`` or ``unix:PATH``."""
+        return f"unix:{self.unix}" if self.unix else f"127.0.0.1:{self.port}"
+
+    @property
     def pid(self) -> int:
         assert self.process is not None, "not started"
         return self.process.pid
@@ -161,6 +166,11 @@ class AiorestProcess:
 
     def worker_pids(self) -> set[int]:
         """The pids of the processes whose parent is this one (its workers), zombies excepted."""
+        return self.children_of(self.pid)
+
+    @staticmethod
+    def children_of(pid: int) -> set[int]:
+        """The pids of the processes whose parent is ``pid``, zombies excepted."""
         children = set()
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -169,7 +179,7 @@ class AiorestProcess:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if fields[0] != "Z" and int(fields[1]) == self.pid:
+            if fields[0] != "Z" and int(fields[1]) == pid:
                 children.add(int(entry.name))
         return children
 

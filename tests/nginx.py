@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from load.nginx import NGINX_BINARY, AiorestProcess, Nginx
+from load.nginx import NGINX_BINARY, Nginx
+from load.procs import AiorestProcess
 
 APP = "tests.apps.nginx_app:app"
 
@@ -32,7 +33,7 @@ def aiorest_process(tmp_path: Path) -> Iterator[Callable[..., AiorestProcess]]:
     started: list[AiorestProcess] = []
 
     def start(app: str = APP, **options: Any) -> AiorestProcess:
-        process = AiorestProcess(app, log=tmp_path / f"aiorest-{len(started)}.log", **options)
+        process = AiorestProcess(app, log_path=tmp_path / f"aiorest-{len(started)}.log", **options)
         started.append(process)
         return process.start()
 
