@@ -24,10 +24,13 @@ import json
 import logging
 import os
 import queue
+import select
 import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
+
+from .requestid import format_request_id
 
 if TYPE_CHECKING:
     from .request import Request
@@ -38,7 +41,8 @@ logger = logging.getLogger("aiorest.access")
 
 FORMATS = ("combined", "json")
 _REPORT_EVERY = 10.0  # seconds between two warnings about dropped records
-_BATCH = 512  # records formatted and written in one write
+_BATCH = 512  # records taken off the queue at a time
+_PIPE_BUF = select.PIPE_BUF  # a write to a pipe at most this long is atomic
 _STOP = None
 
 _monotonic = time.monotonic
@@ -83,9 +87,12 @@ class AccessLog:
         """Open the target and start the writer thread."""
         if self._thread is not None:
             return
-        if self.target != "-":
-            # Unbuffered, appending: each batch is one write(2), so that the lines of
-            # several workers writing to one file never interleave within a line.
+        if self.target == "-":
+            try:
+                self._fd = os.dup(sys.stdout.fileno())
+            except (AttributeError, OSError, ValueError):  # a stdout without a file (replaced in tests)
+                self._fd = None
+        else:
             self._fd = os.open(self.target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._thread = threading.Thread(target=self._write_lines, name="aiorest-access-log", daemon=True)
         self._thread.start()
@@ -165,7 +172,7 @@ class AccessLog:
                     break
                 stopping = record is _STOP
             try:
-                self._output("".join(batch))
+                self._output(batch)
             except (OSError, ValueError) as exc:
                 if not failed:  # once: a full disk would otherwise fill the error log too
                     failed = True
@@ -173,14 +180,30 @@ class AccessLog:
             if stopping:
                 return
 
-    def _output(self, text: str) -> None:
+    def _output(self, lines: list[str]) -> None:
+        """Write ``lines`` in writes of whole lines of at most PIPE_BUF bytes where possible: the
+        workers of a server write to one file or pipe, and such a write is never split by another's."""
         if self._fd is None:
-            sys.stdout.write(text)
+            sys.stdout.write("".join(lines))
             sys.stdout.flush()
             return
-        data = memoryview(text.encode("ascii"))
-        while data:
-            data = data[os.write(self._fd, data) :]
+        chunk: list[bytes] = []
+        size = 0
+        for line in lines:
+            data = line.encode("ascii")
+            if size + len(data) > _PIPE_BUF and chunk:
+                self._write_all(b"".join(chunk))
+                chunk, size = [], 0
+            chunk.append(data)
+            size += len(data)
+        if chunk:
+            self._write_all(b"".join(chunk))
+
+    def _write_all(self, data: bytes) -> None:
+        assert self._fd is not None
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
 
 
 def _fields(record: tuple[Any, ...]) -> dict[str, Any]:
@@ -202,7 +225,7 @@ def _fields(record: tuple[Any, ...]) -> dict[str, Any]:
         "bytes": sent,
         "duration": duration,
         "route": template,
-        "request_id": rid.decode("ascii"),
+        "request_id": format_request_id(rid),
         "user_agent": user_agent,
         "referer": referer,
     }

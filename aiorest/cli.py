@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .app import App
+from .server import LOG_FORMAT
 
 __all__ = ["main", "load_app"]
 
@@ -52,6 +53,28 @@ def _parser() -> argparse.ArgumentParser:
         "--graceful-timeout", type=float, default=30.0, help="seconds to finish requests on SIGTERM (default 30)"
     )
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    # request ids, trusted proxies, access log
+    run.add_argument(
+        "--forwarded-allow-ips",
+        default=os.environ.get("AIOREST_FORWARDED_ALLOW_IPS"),
+        metavar="LIST",
+        help="proxies whose X-Forwarded-*/Forwarded headers are believed: addresses, CIDR ranges, "
+        "'unix', '*', comma-separated (default $AIOREST_FORWARDED_ALLOW_IPS, else none)",
+    )
+    run.add_argument(
+        "--access-log",
+        nargs="?",
+        const="-",
+        default=os.environ.get("AIOREST_ACCESS_LOG") or None,
+        metavar="FILE",
+        help="write a line per request to FILE, or to stdout if none or '-' (default $AIOREST_ACCESS_LOG, else off)",
+    )
+    run.add_argument(
+        "--access-log-format",
+        choices=["combined", "json"],
+        default=os.environ.get("AIOREST_ACCESS_LOG_FORMAT", "combined"),
+        help="combined (default) or json lines ($AIOREST_ACCESS_LOG_FORMAT)",
+    )
     migrate = commands.add_parser("migrate", help="apply numbered SQL migrations: aiorest migrate --dir migrations")
     migrate.add_argument("action", nargs="?", choices=["up", "status"], default="up", help="up (default) or status")
     migrate.add_argument("--dir", default="migrations", help="folder of NNNN_name.sql files (default migrations)")
@@ -97,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             "backlog": args.backlog,
             "graceful_timeout": args.graceful_timeout,
             "loop_lag_report": args.loop_lag_report,
+            "forwarded_allow_ips": args.forwarded_allow_ips,
+            "access_log": args.access_log,
+            "access_log_format": args.access_log_format,
         }
         if args.workers == 1:
             app.run(host=args.host, port=args.port, unix=args.unix, unix_mode=args.unix_mode, **options)
@@ -105,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise SystemExit("aiorest: --workers needs TCP (SO_REUSEPORT); put nginx in front for a unix socket")
         from .workers import run_workers
 
-        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT)
 
         def serve(ready: Callable[[], object]) -> None:
             app.run(host=args.host, port=args.port, reuse_port=True, ready=ready, **options)

@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .exceptions import HTTPError
 from .jsoncodec import JSONCodec
 from .request import AppInterface, Request
-from .requestid import request_id_var
-from .requestid import valid_request_id
+from .requestid import request_id_var, request_numbers, valid_request_id
 from .response import Response, StreamResponse, error_response, to_response
 from .serverstate import ServerState
 from .writing import short_answer, write_response, write_stream
@@ -91,7 +90,7 @@ class HandlerDriver:
     _serving: bool  # _serve is running _process: its Task is the current one
     _access_log: AccessLog | None  # the server's, when it writes one
     # The server's trusted proxies when the peer is one of them (decided once, in connection_made).
-    trusted_proxies: TrustedProxies | None = None
+    trusted_proxies: TrustedProxies | None
 
     if TYPE_CHECKING:
 
@@ -110,10 +109,10 @@ class HandlerDriver:
         # The loop's test is also how it ends, usually on an empty queue: that first.
         while queue and self._current is None and not self._closed and not self._writing_paused:
             request = self._current = queue[0]
-            # Its id: the one a trusted proxy sent, if it is a good one, else a new one.
-            state = self._state
-            request._id = (self.trusted_proxies is not None and valid_request_id(request._raw_headers)) or (
-                b"%s%x" % (state.request_id_prefix, next(state.request_numbers))
+            # Its id: the one a trusted proxy sent, if it is a good one, else a new number
+            # (formatted only where it is shown: see requestid.py).
+            request._id = (self.trusted_proxies is not None and valid_request_id(request._raw_headers)) or next(
+                request_numbers
             )
             if self._access_log is not None:
                 request._started = _monotonic()

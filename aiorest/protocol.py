@@ -63,6 +63,7 @@ class HttpProtocol(HandlerDriver, RequestReader, asyncio.Protocol):
         self._dumps = app.json.dumps
         self._state = state
         self._access_log = state.access_log
+        self.trusted_proxies = None  # the server's, if the peer is one of them: see connection_made
         self._limits = limits
         self._loop = loop
         self._parser = httptools.HttpRequestParser(self)

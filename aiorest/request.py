@@ -18,6 +18,7 @@ from .datastructures import Headers, MultiDict, State
 from .exceptions import ClientDisconnected, HTTPBadRequest, HTTPError, HTTPUnsupportedMediaType
 from .jsoncodec import JSONCodec
 from .proxies import Forwarded, TrustedProxies, resolve_forwarded, valid_host
+from .requestid import RequestId, format_request_id
 
 __all__ = ["Request", "AppInterface", "BodySource"]
 
@@ -82,7 +83,7 @@ class Request:
     _routing_error: HTTPError | None = None
     _allow: frozenset[str] = frozenset()
     _template: str | None = None
-    _id = b"-"  # the connection sets it before the handler runs
+    _id: RequestId = b"-"  # the connection sets it before the handler runs (see requestid.py)
     _started = 0.0  # when the handler began (monotonic), for the access log
     _forwarded: Forwarded | None = None
 
@@ -200,7 +201,7 @@ class Request:
     def id(self) -> str:
         """The request's id, sent back in ``X-Request-ID`` and on every log record written
         while it is handled (``aiorest.request_id()``): the one a trusted proxy sent, or a new one."""
-        return self._id.decode("ascii")
+        return format_request_id(self._id)
 
     def _forwarded_by(self, proxies: TrustedProxies) -> Forwarded:
         if self._forwarded is None:

@@ -12,9 +12,11 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from .accesslog import AccessLog
 from .lag import LoopLagMonitor
 from .limits import Limits
 from .protocol import HttpProtocol, ServerState
+from .proxies import TrustedProxies
 
 if TYPE_CHECKING:
     from .app import App
@@ -22,6 +24,9 @@ if TYPE_CHECKING:
 __all__ = ["Server", "Limits", "run", "new_event_loop"]
 
 logger = logging.getLogger("aiorest.server")
+
+# What run() logs with: the request id is "-" outside a request (see requestid.py).
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -39,6 +44,12 @@ class Server:
     Give ``host`` and ``port`` (port 0 picks a free one; read ``port`` after
     ``start``), or ``unix`` (a socket path, created with ``unix_mode``), or an
     already bound ``sock``.
+
+    ``forwarded_allow_ips``: the proxies whose forwarding headers are believed
+    (addresses, CIDR ranges, ``unix``, ``*``; a list or a comma-separated string;
+    default none). ``access_log``: where to write a line per request (a path, or
+    ``-`` for stdout; default none), in ``access_log_format`` (``combined`` or ``json``).
+    See docs/deployment.rst.
     """
 
     def __init__(
@@ -56,6 +67,10 @@ class Server:
         reuse_port: bool = False,
         graceful_timeout: float = 30.0,
         loop_lag_report: str | None = None,
+        # request ids, trusted proxies, access log
+        forwarded_allow_ips: str | list[str] | None = None,
+        access_log: str | None = None,
+        access_log_format: str = "combined",
     ) -> None:
         self.app = app
         self.graceful_timeout = graceful_timeout
@@ -72,6 +87,10 @@ class Server:
         self._state = ServerState(server_header)
         self._server: asyncio.AbstractServer | None = None
         self._started = False
+        proxies = TrustedProxies(forwarded_allow_ips or [])
+        self._state.proxies = proxies or None
+        self.access_log = AccessLog(access_log, access_log_format) if access_log else None
+        self._state.access_log = self.access_log
 
     async def start(self) -> None:
         """Run the app's startup, then listen.
@@ -86,6 +105,8 @@ class Server:
             self._state.start(loop)
             if self._lag is not None:
                 self._lag.start(loop)
+            if self.access_log is not None:
+                self.access_log.start()
 
             def factory() -> HttpProtocol:
                 return HttpProtocol(self.app, self._state, self.limits, loop)
@@ -139,6 +160,8 @@ class Server:
         if self._lag is not None and self.loop_lag_report:
             self._lag.stop()
             self._lag.write(self.loop_lag_report)
+        if self.access_log is not None:
+            self.access_log.stop()
         if self.unix is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.unix)
@@ -200,6 +223,10 @@ def run(
     graceful_timeout: float = 30.0,
     loop_lag_report: str | None = None,
     ready: Callable[[], object] | None = None,
+    # request ids, trusted proxies, access log
+    forwarded_allow_ips: str | list[str] | None = None,
+    access_log: str | None = None,
+    access_log_format: str = "combined",
 ) -> None:
     """Serve ``app`` until SIGINT or SIGTERM, on uvloop when it is installed.
 
@@ -208,7 +235,7 @@ def run(
     logged in one line (its traceback at debug level), and ends the process:
     ``SystemExit(1)``.
     """
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
     server = Server(
         app,
         host=host,
@@ -221,6 +248,9 @@ def run(
         reuse_port=reuse_port,
         graceful_timeout=graceful_timeout,
         loop_lag_report=loop_lag_report,
+        forwarded_allow_ips=forwarded_allow_ips,
+        access_log=access_log,
+        access_log_format=access_log_format,
     )
     listening = False
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from email.utils import formatdate
 from typing import TYPE_CHECKING, Protocol
 
 from .datastructures import check_header_value
-from .requestid import new_prefix
 
 if TYPE_CHECKING:
     from .accesslog import AccessLog
@@ -45,9 +43,6 @@ class ServerState:
         self.now = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        # request ids: a random prefix per server (so per worker process, made after the fork) and a counter
-        self.request_id_prefix = new_prefix()
-        self.request_numbers = itertools.count(1)
         self.proxies: TrustedProxies | None = None  # forwarded_allow_ips, when not empty
         self.access_log: AccessLog | None = None
 

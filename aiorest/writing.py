@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .exceptions import ClientDisconnected, HTTPError
+from . import requestid
 from .jsoncodec import JSONCodec
 from .response import Response, StreamResponse, error_response
 from .serverstate import ServerState
@@ -26,9 +27,17 @@ CLOSE = "Connection: close\r\n"
 KEEP_ALIVE = "Connection: keep-alive\r\n"  # for an HTTP/1.0 client that asked to keep alive
 _NO_BODY_STATUSES = frozenset({204, 304})
 _LARGE_BODY = 16 * 1024  # above this, head and body go to the socket as two buffers
+# The two short answers' formats, for an id made here (a number shown after the process's
+# prefix) and for an id given by a proxy (shown after an empty one).
+_JSON_MADE = b"%sX-Request-ID: %s%x\r\nContent-Length: %d\r\n\r\n%s"
+_JSON_GIVEN = b"%sX-Request-ID: %s%s\r\nContent-Length: %d\r\n\r\n%s"
+_PLAIN_MADE = b"%s%s%sX-Request-ID: %s%x\r\nContent-Length: %d\r\n\r\n%s"
+_PLAIN_GIVEN = b"%s%s%sX-Request-ID: %s%s\r\nContent-Length: %d\r\n\r\n%s"
 
 
-def short_answer(result: Any, state: ServerState, dumps: Callable[[Any], bytes], request_id: bytes) -> bytes | None:
+def short_answer(
+    result: Any, state: ServerState, dumps: Callable[[Any], bytes], request_id: requestid.RequestId
+) -> bytes | None:
     """The whole message for a common answer on a kept-alive HTTP/1.1 connection, else None.
 
     A dict or a list (JSON, 200), or a plain Response with a small bytes body and
@@ -41,12 +50,9 @@ def short_answer(result: Any, state: ServerState, dumps: Callable[[Any], bytes],
             payload = dumps(result)
         except Exception:
             return None  # the general path logs it and answers 500
-        return b"%sX-Request-ID: %s\r\nContent-Length: %d\r\n\r\n%s" % (
-            state.json_prefix,
-            request_id,
-            len(payload),
-            payload,
-        )
+        if type(request_id) is int:
+            return _JSON_MADE % (state.json_prefix, requestid.prefix, request_id, len(payload), payload)
+        return _JSON_GIVEN % (state.json_prefix, b"", request_id, len(payload), payload)
     if result_type is Response and result._headers is None:
         # The slots behind the properties: what the setters let through is safe to send.
         content = result.body
@@ -54,10 +60,12 @@ def short_answer(result: Any, state: ServerState, dumps: Callable[[Any], bytes],
         content_type = CONTENT_TYPE_LINES.get(media_type) or content_type_line(media_type)
         status_line = STATUS_BYTES.get(result._status)
         if type(content) is bytes and len(content) <= _LARGE_BODY and content_type is not None and status_line:
-            return b"%s%s%sX-Request-ID: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+            made = type(request_id) is int
+            return (_PLAIN_MADE if made else _PLAIN_GIVEN) % (
                 status_line,
                 state.header_bytes,
                 content_type,
+                requestid.prefix if made else b"",
                 request_id,
                 len(content),
                 content,
@@ -66,13 +74,18 @@ def short_answer(result: Any, state: ServerState, dumps: Callable[[Any], bytes],
 
 
 def response_head(
-    response: Response, length: int | None, chunked: bool, header_lines: str, connection: str, request_id: bytes
+    response: Response,
+    length: int | None,
+    chunked: bool,
+    header_lines: str,
+    connection: str,
+    request_id: requestid.RequestId | None,
 ) -> bytes:
     """The head of ``response``: ``length`` None means a streamed body, chunked if ``chunked``.
 
     ``header_lines`` are the server's own (Server, Date); ``connection`` is the
     Connection line, or "". ``request_id`` (checked when it was made) replaces an
-    ``X-Request-ID`` the handler set; b"" sends none. Every value was checked to
+    ``X-Request-ID`` the handler set; None sends none. Every value was checked to
     be Latin-1 when it was set.
     """
     status = response._status
@@ -92,8 +105,8 @@ def response_head(
             lines.append(f"Content-Length: {length}\r\n")
         elif chunked:
             lines.append("Transfer-Encoding: chunked\r\n")
-    if request_id:
-        lines.append(f"X-Request-ID: {request_id.decode('ascii')}\r\n")
+    if request_id is not None:
+        lines.append(f"X-Request-ID: {requestid.format_request_id(request_id)}\r\n")
     lines.extend(extra)
     lines.append(connection)
     lines.append("\r\n")
@@ -108,7 +121,7 @@ def write_response(
     head_request: bool,
     header_lines: str,
     connection: str,
-    request_id: bytes,
+    request_id: requestid.RequestId | None,
 ) -> int:
     """Write a response whose body is in memory: a head with its Content-Length, then the body.
 
@@ -138,7 +151,7 @@ def write_error(
         head_request=head_request,
         header_lines=header_lines,
         connection=CLOSE,
-        request_id=b"",
+        request_id=None,
     )
 
 
@@ -151,7 +164,7 @@ async def write_stream(
     head_request: bool,
     header_lines: str,
     connection: str,
-    request_id: bytes,
+    request_id: requestid.RequestId,
 ) -> int | None:
     """Send a StreamResponse: its head, then each chunk once ``drain`` says the socket took the last.
 
