@@ -20,6 +20,7 @@ that no client can end a line or a field early and forge another.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -49,9 +50,7 @@ _monotonic = time.monotonic
 _time = time.time
 
 # Bytes a client sent, shown in a combined line: printable ASCII as is, the rest as \xHH.
-_ESCAPES = {
-    code: f"\\x{code:02X}" for code in range(256) if code < 0x20 or code >= 0x7F or chr(code) in '"\\'
-}
+_ESCAPES = {code: f"\\x{code:02X}" for code in range(256) if code < 0x20 or code >= 0x7F or chr(code) in '"\\'}
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 
@@ -231,19 +230,12 @@ def _fields(record: tuple[Any, ...]) -> dict[str, Any]:
     }
 
 
-_last_second = -1
-_last_stamp = ""
-
-
-def _clf_time(stamp: float) -> str:
-    """``10/Oct/2000:13:55:36 +0000``, formatted once a second (only the writer thread calls it)."""
-    global _last_second, _last_stamp
-    second = int(stamp)
-    if second != _last_second:
-        t = time.gmtime(second)
-        _last_stamp = f"{t.tm_mday:02d}/{_MONTHS[t.tm_mon - 1]}/{t.tm_year}:{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} +0000"
-        _last_second = second
-    return _last_stamp
+@functools.lru_cache(maxsize=4)
+def _clf_time(second: int) -> str:
+    """``10/Oct/2000:13:55:36 +0000``: formatted once a second."""
+    t = time.gmtime(second)
+    day = f"{t.tm_mday:02d}/{_MONTHS[t.tm_mon - 1]}/{t.tm_year}"
+    return f"{day}:{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} +0000"
 
 
 def _combined_line(record: tuple[Any, ...]) -> str:
@@ -254,7 +246,7 @@ def _combined_line(record: tuple[Any, ...]) -> str:
     f = _fields(record)
     route = f["route"]
     return (
-        f"{f['remote'] or '-'} - - [{_clf_time(f['time'])}] "
+        f"{f['remote'] or '-'} - - [{_clf_time(int(f['time']))}] "
         f'"{f["method"]} {_escape(f["target"])} {f["protocol"]}" {f["status"]} {f["bytes"]} '
         f'"{_escape(f["referer"]) if f["referer"] is not None else "-"}" '
         f'"{_escape(f["user_agent"]) if f["user_agent"] is not None else "-"}" '

@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import types
 import time
+import types
 from asyncio import current_task
 from asyncio.tasks import _enter_task, _leave_task  # Python 3.11-3.14: see HandlerDriver._new_runner
 from collections import deque

@@ -240,7 +240,8 @@ def resolve_forwarded(raw_headers: list[tuple[bytes, bytes]], proxies: TrustedPr
         return _NOTHING
     elements = parse_forwarded(lines)
     nodes = [_node(element.get("for", "")) for element in elements]
-    index = _client_index([None if node is None else node[0] for node in nodes], proxies, complete=len(nodes) < MAX_HOPS)
+    addresses = [None if node is None else node[0] for node in nodes]
+    index = _client_index(addresses, proxies, complete=len(nodes) < MAX_HOPS)
     if index is None:
         # The client is hidden; the element of the hop that hid it still says how it was reached.
         index = next((i for i in range(len(nodes) - 1, -1, -1) if nodes[i] is None), None)

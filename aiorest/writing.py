@@ -14,8 +14,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .exceptions import ClientDisconnected, HTTPError
 from . import requestid
+from .exceptions import ClientDisconnected, HTTPError
 from .jsoncodec import JSONCodec
 from .response import Response, StreamResponse, error_response
 from .serverstate import ServerState

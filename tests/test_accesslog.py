@@ -20,7 +20,7 @@ import aiorest
 from aiorest import App, Limits, Request, Server, StreamResponse
 from aiorest.accesslog import AccessLog
 from aiorest.requestid import request_id
-from tests.test_cli import free_port, python, running, stop, wait_until_accepting
+from tests.test_cli import free_port, python, running, wait_until_accepting
 from tests.wire import fetch, get, read_response
 
 MADE = re.compile(r"[0-9a-f]{12}-[0-9a-f]+")
@@ -208,9 +208,7 @@ async def test_a_forged_quote_tab_or_byte_cannot_break_a_line(tmp_path):
     try:
         forged = 'x" 200 1 "-" "evil\t\\'
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-        writer.write(
-            b"GET /json?q=%22%0A HTTP/1.1\r\nHost: t\r\nUser-Agent: " + forged.encode() + b"\xff\r\n\r\n"
-        )
+        writer.write(b"GET /json?q=%22%0A HTTP/1.1\r\nHost: t\r\nUser-Agent: " + forged.encode() + b"\xff\r\n\r\n")
         assert (await read_response(reader)).status == 200
         writer.close()
     finally:

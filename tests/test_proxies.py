@@ -151,7 +151,7 @@ def test_resolving_is_linear_and_bounded():
     # RFC 7239's examples
     (element,) = parse_forwarded(['for="_gazonk"'])
     assert element == {"for": "_gazonk"}
-    elements = parse_forwarded(["For=\"[2001:db8:cafe::17]:4711\"", "for=192.0.2.60;proto=http;by=203.0.113.43"])
+    elements = parse_forwarded(['For="[2001:db8:cafe::17]:4711"', "for=192.0.2.60;proto=http;by=203.0.113.43"])
     assert elements == [
         {"for": "[2001:db8:cafe::17]:4711"},
         {"for": "192.0.2.60", "proto": "http", "by": "203.0.113.43"},
