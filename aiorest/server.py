@@ -26,7 +26,7 @@ __all__ = ["Server", "Limits", "run", "new_event_loop"]
 logger = logging.getLogger("aiorest.server")
 
 # What run() logs with: the request id is "-" outside a request (see requestid.py).
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
+LOG_FORMAT = "%(asctime)s [%(request_id)s] %(levelname)s %(name)s: %(message)s"
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
