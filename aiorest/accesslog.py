@@ -42,7 +42,7 @@ logger = logging.getLogger("aiorest.access")
 
 FORMATS = ("combined", "json")
 _REPORT_EVERY = 10.0  # seconds between two warnings about dropped records
-_BATCH = 512  # records taken off the queue at a time
+_GATHER = 0.01  # seconds the writer lets records gather before it takes them (10,000 at 1M/s)
 _PIPE_BUF = select.PIPE_BUF  # a write to a pipe at most this long is atomic
 _STOP = None
 
@@ -55,7 +55,13 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 
 
 def _escape(value: bytes) -> str:
-    return value.decode("latin-1").translate(_ESCAPES)
+    text = value.decode("latin-1")
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return text  # the common case: nothing to escape (isprintable: no control character)
+    return text.translate(_ESCAPES)
+
+
+_encode_json = json.JSONEncoder().encode  # ensure_ascii: non-ASCII as \\uXXXX
 
 
 class AccessLog:
@@ -158,76 +164,52 @@ class AccessLog:
         line = _json_line if self.format == "json" else _combined_line
         failed = False
         while True:
-            record = records.get()
-            batch = []
-            stopping = record is _STOP
+            record = records.get()  # an idle server's writer sleeps here
+            # Let the records of the next few milliseconds gather: one wake-up of this
+            # thread per batch, not per request (waking it for each cost more than the line).
+            time.sleep(_GATHER)
+            chunk: list[str] = []
+            size = 0
             while record is not _STOP:
-                batch.append(line(record))
-                if len(batch) >= _BATCH:
-                    break
+                text = line(record)
+                chunk.append(text)
+                size += len(text)
+                if size >= _PIPE_BUF - 512:
+                    failed = self._output(chunk, failed)
+                    chunk, size = [], 0
                 try:
                     record = records.get_nowait()
                 except queue.Empty:
                     break
-                stopping = record is _STOP
-            try:
-                self._output(batch)
-            except (OSError, ValueError) as exc:
-                if not failed:  # once: a full disk would otherwise fill the error log too
-                    failed = True
-                    logger.error("access log: cannot write to %s: %s", self.target, exc)
-            if stopping:
+            if chunk:
+                failed = self._output(chunk, failed)
+            if record is _STOP:
                 return
 
-    def _output(self, lines: list[str]) -> None:
-        """Write ``lines`` in writes of whole lines of at most PIPE_BUF bytes where possible: the
-        workers of a server write to one file or pipe, and such a write is never split by another's."""
-        if self._fd is None:
-            sys.stdout.write("".join(lines))
-            sys.stdout.flush()
-            return
-        chunk: list[bytes] = []
-        size = 0
-        for line in lines:
-            data = line.encode("ascii")
-            if size + len(data) > _PIPE_BUF and chunk:
-                self._write_all(b"".join(chunk))
-                chunk, size = [], 0
-            chunk.append(data)
-            size += len(data)
-        if chunk:
-            self._write_all(b"".join(chunk))
-
-    def _write_all(self, data: bytes) -> None:
-        assert self._fd is not None
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
+    def _output(self, lines: list[str], failed: bool) -> bool:
+        """Write ``lines`` (at most about PIPE_BUF bytes) in one write: several workers may write
+        to one file or pipe, and such a write is never split by another's. True once a write failed."""
+        try:
+            if self._fd is None:
+                sys.stdout.write("".join(lines))
+                sys.stdout.flush()
+            else:
+                data = memoryview("".join(lines).encode("ascii"))
+                while data:
+                    data = data[os.write(self._fd, data) :]
+        except (OSError, ValueError) as exc:
+            if not failed:  # once: a full disk would otherwise fill the error log too
+                logger.error("access log: cannot write to %s: %s", self.target, exc)
+            return True
+        return failed
 
 
-def _fields(record: tuple[Any, ...]) -> dict[str, Any]:
-    (stamp, client, method, raw_path, query, version, status, sent, duration, template, rid, headers) = record
-    user_agent = referer = None
-    for name, value in headers:
-        size = len(name)
-        if size == 10 and user_agent is None and name.lower() == b"user-agent":
-            user_agent = value
-        elif size == 7 and referer is None and name.lower() == b"referer":
-            referer = value
-    return {
-        "time": stamp,
-        "remote": client[0] if client is not None else None,
-        "method": method,
-        "target": raw_path + b"?" + query.encode("latin-1") if query else raw_path,
-        "protocol": f"HTTP/{version}",
-        "status": status,
-        "bytes": sent,
-        "duration": duration,
-        "route": template,
-        "request_id": format_request_id(rid),
-        "user_agent": user_agent,
-        "referer": referer,
-    }
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    size = len(name)
+    for key, value in headers:
+        if len(key) == size and key.lower() == name:
+            return value
+    return None
 
 
 @functools.lru_cache(maxsize=4)
@@ -238,28 +220,46 @@ def _clf_time(second: int) -> str:
     return f"{day}:{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} +0000"
 
 
+@functools.lru_cache(maxsize=4)
+def _iso_second(second: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+
+
 def _combined_line(record: tuple[Any, ...]) -> str:
     """The combined format, then the duration in seconds, the route template and the request id:
 
     ``remote - - [time] "request line" status bytes "referer" "user agent" duration "route" id``
     """
-    f = _fields(record)
-    route = f["route"]
+    stamp, client, method, raw_path, query, version, status, sent, duration, route, rid, headers = record
+    target = _escape(raw_path) if not query else f"{_escape(raw_path)}?{query.translate(_ESCAPES)}"
+    referer = _header(headers, b"referer")
+    agent = _header(headers, b"user-agent")
+    remote = client[0] if client is not None else "-"
     return (
-        f"{f['remote'] or '-'} - - [{_clf_time(int(f['time']))}] "
-        f'"{f["method"]} {_escape(f["target"])} {f["protocol"]}" {f["status"]} {f["bytes"]} '
-        f'"{_escape(f["referer"]) if f["referer"] is not None else "-"}" '
-        f'"{_escape(f["user_agent"]) if f["user_agent"] is not None else "-"}" '
-        f'{f["duration"]:.6f} "{_escape(route.encode()) if route is not None else "-"}" {f["request_id"]}\n'
+        f'{remote} - - [{_clf_time(int(stamp))}] "{method} {target} HTTP/{version}" {status} {sent} '
+        f'"{"-" if referer is None else _escape(referer)}" "{"-" if agent is None else _escape(agent)}" '
+        f'{duration:.6f} "{"-" if route is None else _escape(route.encode())}" {format_request_id(rid)}\n'
     )
 
 
 def _json_line(record: tuple[Any, ...]) -> str:
-    f = _fields(record)
-    f["time"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(f["time"])) + f".{int(f['time'] % 1 * 1000):03d}Z"
-    f["target"] = f["target"].decode("latin-1")
-    f["duration"] = round(f["duration"], 6)
-    for name in ("user_agent", "referer"):
-        if f[name] is not None:
-            f[name] = f[name].decode("latin-1")
-    return json.dumps(f, separators=(",", ":")) + "\n"
+    """The same fields as a JSON object on one line; only what a client sent may need escaping."""
+    stamp, client, method, raw_path, query, version, status, sent, duration, route, rid, headers = record
+    referer = _header(headers, b"referer")
+    agent = _header(headers, b"user-agent")
+    target = raw_path.decode("latin-1") + (f"?{query}" if query else "")
+    return (
+        f'{{"time":"{_iso_second(int(stamp))}.{int(stamp % 1 * 1000):03d}Z",'
+        f'"remote":{"null" if client is None else _json_string(client[0])},"method":"{method}",'
+        f'"target":{_json_string(target)},"protocol":"HTTP/{version}","status":{status},"bytes":{sent},'
+        f'"duration":{duration:.6f},"route":{"null" if route is None else _json_string(route)},'
+        f'"request_id":"{format_request_id(rid)}",'
+        f'"user_agent":{"null" if agent is None else _json_string(agent.decode("latin-1"))},'
+        f'"referer":{"null" if referer is None else _json_string(referer.decode("latin-1"))}}}\n'
+    )
+
+
+def _json_string(value: str) -> str:
+    if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+        return f'"{value}"'
+    return _encode_json(value)
