@@ -5,9 +5,12 @@ puts a tuple of what it knows (the time, the client, the request line, status,
 body bytes, duration, route template, request id, the raw headers) in a
 bounded queue; when the queue is full the record is dropped and counted, and
 a warning says how many were dropped, at most once every ten seconds. A
-writer thread takes records off the queue, formats them — in the combined
-format, or as JSON lines — and writes them in batches, one write and one
-flush for as many records as were waiting.
+writer thread wakes when records wait, lets those of the next 10 ms gather
+(waking it once per record cost more than formatting the line: /json served
+0.56 times the requests/s with the log on, 0.72-0.75 with batches), formats
+them — in the combined format, or as JSON lines — and writes them: one
+write(2) for as many whole lines as fit in PIPE_BUF, never split by another
+worker's.
 
 It does not go through ``logging``: a LogRecord, a handler's lock and a flush
 per line would cost the loop (or, under the GIL, the process) several times
