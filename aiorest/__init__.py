@@ -8,6 +8,7 @@ from .exceptions import __all__ as _exceptions_all
 from .jsoncodec import JSONCodec
 from .limits import Limits
 from .request import Request
+from .requestid import request_id
 from .response import JSONResponse, Response, StreamResponse
 from .routing import Handler, NoMatchFound, Route, Router
 from .server import Server, run
@@ -35,6 +36,7 @@ __all__ = [
     "Server",
     "State",
     "StreamResponse",
+    "request_id",
     "run",
     *_exceptions_all,
 ]

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from .app import App
 from .listeners import bind_tcp, bind_unix, inherited_socket, systemd_socket
-from .server import _one_line, run
+from .server import WORKERS_LOG_FORMAT, _one_line, run
 from .workers import run_workers
 
 # Seconds a stopping worker has, past --graceful-timeout, for the app's shutdown before SIGKILL.
@@ -92,6 +92,28 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=_env("AIOREST_START_TIMEOUT", float) or 60.0,
         help="with --workers: seconds a new worker has to start serving (default 60, $AIOREST_START_TIMEOUT)",
+    )
+    # request ids, trusted proxies, access log
+    run.add_argument(
+        "--forwarded-allow-ips",
+        default=os.environ.get("AIOREST_FORWARDED_ALLOW_IPS"),
+        metavar="LIST",
+        help="proxies whose X-Forwarded-*/Forwarded headers are believed: addresses, CIDR ranges, "
+        "'unix', '*', comma-separated (default $AIOREST_FORWARDED_ALLOW_IPS, else none)",
+    )
+    run.add_argument(
+        "--access-log",
+        nargs="?",
+        const="-",
+        default=os.environ.get("AIOREST_ACCESS_LOG") or None,
+        metavar="FILE",
+        help="write a line per request to FILE, or to stdout if none or '-' (default $AIOREST_ACCESS_LOG, else off)",
+    )
+    run.add_argument(
+        "--access-log-format",
+        choices=["combined", "json"],
+        default=os.environ.get("AIOREST_ACCESS_LOG_FORMAT", "combined"),
+        help="combined (default) or json lines ($AIOREST_ACCESS_LOG_FORMAT)",
     )
     migrate = commands.add_parser("migrate", help="apply numbered SQL migrations: aiorest migrate --dir migrations")
     migrate.add_argument("action", nargs="?", choices=["up", "status"], default="up", help="up (default) or status")
@@ -207,6 +229,9 @@ def _run(args: argparse.Namespace) -> None:
         "backlog": args.backlog,
         "graceful_timeout": args.graceful_timeout,
         "loop_lag_report": args.loop_lag_report,
+        "forwarded_allow_ips": args.forwarded_allow_ips,
+        "access_log": args.access_log,
+        "access_log_format": args.access_log_format,
         **_production_options(args),  # before the app is imported: it prepares the metrics' directory
     }
     try:
@@ -224,9 +249,7 @@ def _run(args: argparse.Namespace) -> None:
     # by a reload (SIGHUP) runs the code on disk then.
     _split_spec(args.app)
     # The workers inherit this configuration; the pid tells whose line it is.
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
-    )
+    logging.basicConfig(level=args.log_level.upper(), format=WORKERS_LOG_FORMAT)
     unix = args.unix if sock is None else None
     if sock is None:
         where = f"unix:{args.unix}" if args.unix else f"{args.host}:{args.port}"

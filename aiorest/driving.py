@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import time
 import types
 from asyncio import current_task
 from asyncio.tasks import _enter_task, _leave_task  # Python 3.11-3.14: see HandlerDriver._new_runner
@@ -27,15 +28,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .exceptions import HTTPError
 from .jsoncodec import JSONCodec
 from .request import AppInterface, Request
+from .requestid import request_id_var, request_numbers, valid_request_id
 from .response import Response, StreamResponse, error_response, to_response
 from .serverstate import ServerState
 from .writing import short_answer, write_response, write_stream
+
+if TYPE_CHECKING:
+    from .accesslog import AccessLog
+    from .proxies import TrustedProxies
 
 __all__ = ["HandlerDriver", "ServedApp"]
 
 logger = logging.getLogger("aiorest.error")
 
 _DONE = object()  # what next() gives for a coroutine that has finished
+_monotonic = time.monotonic
 
 Endpoint = Callable[[Request], Awaitable[Any]]
 
@@ -81,6 +88,9 @@ class HandlerDriver:
     _wake: asyncio.Future[None] | None
     _suspended: tuple[contextvars.Context, Generator[Any, Any, None], Any] | None
     _serving: bool  # _serve is running _process: its Task is the current one
+    _access_log: AccessLog | None  # the server's, when it writes one
+    # The server's trusted proxies when the peer is one of them (decided once, in connection_made).
+    trusted_proxies: TrustedProxies | None
 
     if TYPE_CHECKING:
 
@@ -99,6 +109,13 @@ class HandlerDriver:
         # The loop's test is also how it ends, usually on an empty queue: that first.
         while queue and self._current is None and not self._closed and not self._writing_paused:
             request = self._current = queue[0]
+            # Its id: the one a trusted proxy sent, if it is a good one, else a new number
+            # (formatted only where it is shown: see requestid.py).
+            request._id = (self.trusted_proxies is not None and valid_request_id(request._raw_headers)) or next(
+                request_numbers
+            )
+            if self._access_log is not None:
+                request._started = _monotonic()
             if request._head_error is not None:
                 self._respond(request, error_response(request._head_error))
                 continue
@@ -241,6 +258,7 @@ class HandlerDriver:
     @types.coroutine
     def _handle(self, request: Request, coro: Awaitable[Any]) -> Generator[Any, Any, None]:
         """Run the handler and answer; a dict or a small plain Response is written here."""
+        request_id_var.set(request._id)  # in the request's own context: see _process
         try:
             try:
                 # A coroutine: endpoints are async functions, and App._chain makes
@@ -250,9 +268,11 @@ class HandlerDriver:
                 result = yield from self._app.handle_exception(request, exc)
             if request._plain and request.keep_alive and not self._close_after_queue and not self._closed:
                 # The common answers on a kept-alive HTTP/1.1 connection, in one write.
-                message = short_answer(result, self._state, self._dumps)
+                message = short_answer(result, self._state, self._dumps, request._id)
                 if message is not None:
                     self.transport.write(message)  # type: ignore[union-attr]
+                    if self._access_log is not None:
+                        self._access_log.log_message(request, message)
                     # _finish, for a connection that stays open
                     self._current = None
                     self._queue.popleft()
@@ -302,14 +322,17 @@ class HandlerDriver:
             body = response.render(self._codec)
         if not self._closed:
             assert self.transport is not None
-            write_response(
+            sent = write_response(
                 self.transport,
                 response,
                 body,
                 head_request=request.method == "HEAD",
                 header_lines=self._state.header_lines,
                 connection=self._connection_line(request),
+                request_id=request._id,
             )
+            if self._access_log is not None:
+                self._access_log.log(request, response.status, sent)
         self._finish(request)
         return None
 
@@ -320,7 +343,7 @@ class HandlerDriver:
         if not chunked:
             request.keep_alive = False  # the end of the body is the end of the connection
         try:
-            complete = await write_stream(
+            sent = await write_stream(
                 transport,
                 response,
                 self.drain,
@@ -328,13 +351,16 @@ class HandlerDriver:
                 head_request=request.method == "HEAD",
                 header_lines=self._state.header_lines,
                 connection=self._connection_line(request),
+                request_id=request._id,
             )
         except Exception:
             logger.exception("streaming the response to %s %s failed", request.method, request.path)
             transport.abort()  # an unterminated chunked body tells the client it is incomplete
-            complete = False
-        if not complete:
+            sent = None
+        if sent is None:
             request.keep_alive = False
+        if self._access_log is not None:
+            self._access_log.log(request, response.status, sent or 0)
         self._finish(request)
 
 

@@ -62,6 +62,8 @@ class HttpProtocol(HandlerDriver, RequestReader, asyncio.Protocol):
         self._codec = app.json
         self._dumps = app.json.dumps
         self._state = state
+        self._access_log = state.access_log
+        self.trusted_proxies = None  # the server's, if the peer is one of them: see connection_made
         self._limits = limits
         self._loop = loop
         self._parser = httptools.HttpRequestParser(self)
@@ -122,6 +124,9 @@ class HttpProtocol(HandlerDriver, RequestReader, asyncio.Protocol):
             except OSError:
                 pass
         self._state.connections.add(self)
+        proxies = self._state.proxies
+        if proxies is not None and proxies.trusts_peer(self.peername):
+            self.trusted_proxies = proxies
         # The context the connection's callbacks start from, never a request's.
         self._context = copy_context()
         # Started now, it waits for work by the time a request arrives: a cancel

@@ -46,6 +46,7 @@ _new_object = object.__new__
 
 if TYPE_CHECKING:
     from .driving import ServedApp
+    from .proxies import TrustedProxies
 
 
 class _ParseAbort(Exception):
@@ -94,6 +95,8 @@ class RequestReader:
     if TYPE_CHECKING:
         # What the connection provides besides: it is the BodySource of the requests made here.
         peername: Any
+        transport: Any
+        trusted_proxies: TrustedProxies | None
 
         def _pause_reading(self) -> None: ...
         def body_consumed(self, size: int) -> None: ...

@@ -17,6 +17,8 @@ from .cookies import parse_cookie
 from .datastructures import Headers, MultiDict, State
 from .exceptions import ClientDisconnected, HTTPBadRequest, HTTPError, HTTPUnsupportedMediaType
 from .jsoncodec import JSONCodec
+from .proxies import Forwarded, TrustedProxies, resolve_forwarded, valid_host
+from .requestid import RequestId, format_request_id
 
 __all__ = ["Request", "AppInterface", "BodySource"]
 
@@ -43,6 +45,8 @@ class BodySource(Protocol):
     """What the connection gives a request: the peer, and a way to pull body bytes."""
 
     peername: Any
+    transport: Any
+    trusted_proxies: TrustedProxies | None  # the server's, when the peer is one of them
 
     def body_consumed(self, size: int) -> None:
         """A handler took ``size`` bytes out of the request's buffer (flow control)."""
@@ -79,6 +83,9 @@ class Request:
     _routing_error: HTTPError | None = None
     _allow: frozenset[str] = frozenset()
     _template: str | None = None
+    _id: RequestId = b"-"  # the connection sets it before the handler runs (see requestid.py)
+    _started = 0.0  # when the handler began (monotonic), for the access log
+    _forwarded: Forwarded | None = None
 
     def __init__(
         self,
@@ -137,11 +144,69 @@ class Request:
 
     @property
     def client(self) -> tuple[str, int] | None:
-        """The peer's ``(host, port)``; None for a unix socket."""
-        peer = self._protocol.peername if self._protocol is not None else None
+        """The client's ``(address, port)``: the peer's, or the one a trusted proxy forwarded.
+
+        From a peer listed in ``forwarded_allow_ips``, the client ``X-Forwarded-For``
+        or ``Forwarded`` names (port 0 when not given); else the socket's peer.
+        None for a unix socket's peer, and once the connection is gone.
+        """
+        protocol = self._protocol
+        if protocol is None:
+            return None
+        if protocol.trusted_proxies is not None:
+            client = self._forwarded_by(protocol.trusted_proxies).client
+            if client is not None:
+                return client
+        peer = protocol.peername
         if not isinstance(peer, tuple):  # a unix socket's peer name is '' or a path
             return None
         return peer[0], peer[1]  # IPv6 gives (host, port, flowinfo, scope_id)
+
+    @property
+    def scheme(self) -> str:
+        """``"http"``, or ``"https"`` when a trusted proxy says the client used it
+        (``X-Forwarded-Proto`` or ``Forwarded: proto=``)."""
+        protocol = self._protocol
+        if protocol is not None and protocol.trusted_proxies is not None:
+            return self._forwarded_by(protocol.trusted_proxies).scheme or "http"
+        return "http"
+
+    @property
+    def host(self) -> str:
+        """The host the client asked for, ``name[:port]``: from a trusted proxy
+        (``X-Forwarded-Host`` or ``Forwarded: host=``), else the ``Host`` header,
+        else the address the connection arrived on. Only a valid host is taken."""
+        protocol = self._protocol
+        if protocol is not None and protocol.trusted_proxies is not None:
+            host = self._forwarded_by(protocol.trusted_proxies).host
+            if host is not None:
+                return host
+        host = valid_host(self.headers.get("host", ""))
+        if host is not None:
+            return host
+        local = protocol.transport.get_extra_info("sockname") if protocol and protocol.transport else None
+        if isinstance(local, tuple):
+            return f"[{local[0]}]:{local[1]}" if ":" in local[0] else f"{local[0]}:{local[1]}"
+        return "localhost"  # a unix socket
+
+    @property
+    def url(self) -> str:
+        """The absolute URL of the request: ``scheme://host/path?query``, as the client asked for it."""
+        target = self.raw_path.decode("latin-1")
+        if self.query_string:
+            target = f"{target}?{self.query_string}"
+        return f"{self.scheme}://{self.host}{target}"
+
+    @property
+    def id(self) -> str:
+        """The request's id, sent back in ``X-Request-ID`` and on every log record written
+        while it is handled (``aiorest.request_id()``): the one a trusted proxy sent, or a new one."""
+        return format_request_id(self._id)
+
+    def _forwarded_by(self, proxies: TrustedProxies) -> Forwarded:
+        if self._forwarded is None:
+            self._forwarded = resolve_forwarded(self._raw_headers, proxies)
+        return self._forwarded
 
     @property
     def route_template(self) -> str | None:
@@ -158,9 +223,13 @@ class Request:
         """The media type of the body, lower-cased, without parameters ('' when absent)."""
         return self.headers.get("content-type", "").partition(";")[0].strip().lower()
 
-    def url_for(self, name: str, /, **params: Any) -> str:
-        """The path of a named route (see ``App.url_for``)."""
-        return self.app.url_for(name, **params)
+    def url_for(self, name: str, /, *, _external: bool = False, **params: Any) -> str:
+        """The path of a named route (see ``App.url_for``); with ``_external=True`` an absolute
+        URL, on the scheme and host of this request (:attr:`scheme`, :attr:`host`)."""
+        path = self.app.url_for(name, **params)
+        if _external:
+            return f"{self.scheme}://{self.host}{path}"
+        return path
 
     # -- body ---------------------------------------------------------------
 

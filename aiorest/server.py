@@ -11,12 +11,14 @@ import socket
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from .accesslog import AccessLog
 from .admission import Admission
 from .health import HealthProbes
 from .lag import LoopLagMonitor
 from .limits import Limits
 from .listeners import bind_unix
 from .protocol import HttpProtocol, ServerState
+from .proxies import TrustedProxies
 
 if TYPE_CHECKING:
     from .app import App, EndpointLayer
@@ -35,6 +37,10 @@ _LAG_INTERVAL = 0.05  # the event-loop lag metric's timer
 # (or a proxy) that sends its next request on one in that time is answered, with
 # ``Connection: close``, instead of finding the connection closed under it.
 IDLE_GRACE = 2.0
+# What run() logs with: the request id is "-" outside a request (see requestid.py).
+LOG_FORMAT = "%(asctime)s [%(request_id)s] %(levelname)s %(name)s: %(message)s"
+# With --workers, the pid tells whose line it is (the workers inherit the parent's configuration).
+WORKERS_LOG_FORMAT = "%(asctime)s [%(request_id)s] %(levelname)s %(name)s[%(process)d]: %(message)s"
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -60,6 +66,12 @@ class Server:
     ``cancel_on_disconnect`` cancels a handler whose client has gone; ``health``
     serves ``/healthz`` and ``/readyz``; ``metrics`` serves Prometheus metrics at
     ``/metrics`` (needs ``prometheus_client``).
+
+    ``forwarded_allow_ips``: the proxies whose forwarding headers are believed
+    (addresses, CIDR ranges, ``unix``, ``*``; a list or a comma-separated string;
+    default none). ``access_log``: where to write a line per request (a path, or
+    ``-`` for stdout; default none), in ``access_log_format`` (``combined`` or ``json``).
+    See docs/deployment.rst.
     """
 
     def __init__(
@@ -84,6 +96,10 @@ class Server:
         cancel_on_disconnect: bool = False,
         health: bool = False,
         metrics: bool = False,
+        # request ids, trusted proxies, access log
+        forwarded_allow_ips: str | list[str] | None = None,
+        access_log: str | None = None,
+        access_log_format: str = "combined",
     ) -> None:
         self.app = app
         self.graceful_timeout = graceful_timeout
@@ -118,6 +134,11 @@ class Server:
             if self._lag is None:
                 self._lag = LoopLagMonitor(interval=_LAG_INTERVAL, max_samples=1)
             self._lag.on_sample = self.metrics.observe_lag
+        # request ids, trusted proxies, access log
+        proxies = TrustedProxies(forwarded_allow_ips or [])
+        self._state.proxies = proxies or None
+        self.access_log = AccessLog(access_log, access_log_format) if access_log else None
+        self._state.access_log = self.access_log
 
     @property
     def draining(self) -> bool:
@@ -154,6 +175,8 @@ class Server:
             self._state.start(loop)
             if self._lag is not None:
                 self._lag.start(loop)
+            if self.access_log is not None:
+                self.access_log.start()
 
             def factory() -> HttpProtocol:
                 return HttpProtocol(self.app, self._state, self.limits, loop)
@@ -224,6 +247,8 @@ class Server:
             await self.health.close()
         if self.metrics is not None:
             self.metrics.stop()
+        if self.access_log is not None:
+            self.access_log.stop()
         if self.unix is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.unix)
@@ -326,6 +351,10 @@ def run(
     # the process model (aiorest.workers)
     sock: socket.socket | None = None,
     startup_failed: Callable[[str], object] | None = None,
+    # request ids, trusted proxies, access log
+    forwarded_allow_ips: str | list[str] | None = None,
+    access_log: str | None = None,
+    access_log_format: str = "combined",
 ) -> None:
     """Serve ``app`` until SIGINT or SIGTERM, on uvloop when it is installed.
 
@@ -335,7 +364,7 @@ def run(
     ``SystemExit(1)``; given ``startup_failed``, that line is passed to it
     instead of being logged (a worker hands it to its parent this way).
     """
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
     server = Server(
         app,
         host=host,
@@ -355,6 +384,9 @@ def run(
         health=health,
         metrics=metrics,
         sock=sock,
+        forwarded_allow_ips=forwarded_allow_ips,
+        access_log=access_log,
+        access_log_format=access_log_format,
     )
     listening = False
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 from email.utils import formatdate
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .datastructures import check_header_value
+
+if TYPE_CHECKING:
+    from .accesslog import AccessLog
+    from .proxies import TrustedProxies
 
 __all__ = ["ServerState", "Connection"]
 
@@ -46,6 +50,8 @@ class ServerState:
         self.now = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.proxies: TrustedProxies | None = None  # forwarded_allow_ips, when not empty
+        self.access_log: AccessLog | None = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

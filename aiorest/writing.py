@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from . import requestid
 from .exceptions import ClientDisconnected, HTTPError
 from .jsoncodec import JSONCodec
 from .response import Response, StreamResponse, error_response
@@ -26,9 +27,17 @@ CLOSE = "Connection: close\r\n"
 KEEP_ALIVE = "Connection: keep-alive\r\n"  # for an HTTP/1.0 client that asked to keep alive
 _NO_BODY_STATUSES = frozenset({204, 304})
 _LARGE_BODY = 16 * 1024  # above this, head and body go to the socket as two buffers
+# The two short answers' formats, for an id made here (a number shown after the process's
+# prefix) and for an id given by a proxy (shown after an empty one).
+_JSON_MADE = b"%sX-Request-ID: %s%x\r\nContent-Length: %d\r\n\r\n%s"
+_JSON_GIVEN = b"%sX-Request-ID: %s%s\r\nContent-Length: %d\r\n\r\n%s"
+_PLAIN_MADE = b"%s%s%sX-Request-ID: %s%x\r\nContent-Length: %d\r\n\r\n%s"
+_PLAIN_GIVEN = b"%s%s%sX-Request-ID: %s%s\r\nContent-Length: %d\r\n\r\n%s"
 
 
-def short_answer(result: Any, state: ServerState, dumps: Callable[[Any], bytes]) -> bytes | None:
+def short_answer(
+    result: Any, state: ServerState, dumps: Callable[[Any], bytes], request_id: requestid.RequestId
+) -> bytes | None:
     """The whole message for a common answer on a kept-alive HTTP/1.1 connection, else None.
 
     A dict or a list (JSON, 200), or a plain Response with a small bytes body and
@@ -41,7 +50,9 @@ def short_answer(result: Any, state: ServerState, dumps: Callable[[Any], bytes])
             payload = dumps(result)
         except Exception:
             return None  # the general path logs it and answers 500
-        return b"%sContent-Length: %d\r\n\r\n%s" % (state.json_prefix, len(payload), payload)
+        if type(request_id) is int:
+            return _JSON_MADE % (state.json_prefix, requestid.prefix, request_id, len(payload), payload)
+        return _JSON_GIVEN % (state.json_prefix, b"", request_id, len(payload), payload)
     if result_type is Response and result._headers is None:
         # The slots behind the properties: what the setters let through is safe to send.
         content = result.body
@@ -49,21 +60,33 @@ def short_answer(result: Any, state: ServerState, dumps: Callable[[Any], bytes])
         content_type = CONTENT_TYPE_LINES.get(media_type) or content_type_line(media_type)
         status_line = STATUS_BYTES.get(result._status)
         if type(content) is bytes and len(content) <= _LARGE_BODY and content_type is not None and status_line:
-            return b"%s%s%sContent-Length: %d\r\n\r\n%s" % (
+            made = type(request_id) is int
+            return (_PLAIN_MADE if made else _PLAIN_GIVEN) % (
                 status_line,
                 state.header_bytes,
                 content_type,
+                requestid.prefix if made else b"",
+                request_id,
                 len(content),
                 content,
             )
     return None
 
 
-def response_head(response: Response, length: int | None, chunked: bool, header_lines: str, connection: str) -> bytes:
+def response_head(
+    response: Response,
+    length: int | None,
+    chunked: bool,
+    header_lines: str,
+    connection: str,
+    request_id: requestid.RequestId | None,
+) -> bytes:
     """The head of ``response``: ``length`` None means a streamed body, chunked if ``chunked``.
 
     ``header_lines`` are the server's own (Server, Date); ``connection`` is the
-    Connection line, or "". Every value was checked to be Latin-1 when it was set.
+    Connection line, or "". ``request_id`` (checked when it was made) replaces an
+    ``X-Request-ID`` the handler set; None sends none. Every value was checked to
+    be Latin-1 when it was set.
     """
     status = response._status
     content_type = response._media_type
@@ -73,7 +96,7 @@ def response_head(response: Response, length: int | None, chunked: bool, header_
             lname = name.lower()
             if lname == "content-type":
                 content_type = value
-            elif lname not in ("content-length", "transfer-encoding"):  # the server frames the body
+            elif lname not in ("content-length", "transfer-encoding", "x-request-id"):  # the server's own
                 extra.append(f"{name}: {value}\r\n")
     lines = [STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n", header_lines]
     if status not in _NO_BODY_STATUSES and status >= 200:
@@ -82,6 +105,8 @@ def response_head(response: Response, length: int | None, chunked: bool, header_
             lines.append(f"Content-Length: {length}\r\n")
         elif chunked:
             lines.append("Transfer-Encoding: chunked\r\n")
+    if request_id is not None:
+        lines.append(f"X-Request-ID: {requestid.format_request_id(request_id)}\r\n")
     lines.extend(extra)
     lines.append(connection)
     lines.append("\r\n")
@@ -96,16 +121,22 @@ def write_response(
     head_request: bool,
     header_lines: str,
     connection: str,
-) -> None:
-    """Write a response whose body is in memory: a head with its Content-Length, then the body."""
-    head = response_head(response, len(body), False, header_lines, connection)
+    request_id: requestid.RequestId | None,
+) -> int:
+    """Write a response whose body is in memory: a head with its Content-Length, then the body.
+
+    Returns the number of body bytes sent.
+    """
+    head = response_head(response, len(body), False, header_lines, connection, request_id)
     if head_request or response._status in _NO_BODY_STATUSES:
         transport.write(head)
-    elif len(body) > _LARGE_BODY:
+        return 0
+    if len(body) > _LARGE_BODY:
         transport.write(head)  # not writelines(): see write_stream
         transport.write(body)
     else:
         transport.write(head + body)
+    return len(body)
 
 
 def write_error(
@@ -120,6 +151,7 @@ def write_error(
         head_request=head_request,
         header_lines=header_lines,
         connection=CLOSE,
+        request_id=None,
     )
 
 
@@ -132,23 +164,26 @@ async def write_stream(
     head_request: bool,
     header_lines: str,
     connection: str,
-) -> bool:
+    request_id: requestid.RequestId,
+) -> int | None:
     """Send a StreamResponse: its head, then each chunk once ``drain`` says the socket took the last.
 
-    Returns False when the client went away before the end: the connection must
-    close. An exception from the content propagates, the body cut short: abort
+    Returns the number of body bytes sent, or None when the client went away
+    before the end: the connection must close. An exception from the content propagates, the body cut short: abort
     the transport, so that the client sees it incomplete. Without ``chunked``
     the body ends with the connection.
     """
     content = response.content
+    sent = 0
     try:
-        transport.write(response_head(response, None, chunked, header_lines, connection))
+        transport.write(response_head(response, None, chunked, header_lines, connection, request_id))
         if not head_request:
             async for chunk in content:
                 if isinstance(chunk, str):
                     chunk = chunk.encode()
                 if not chunk:
                     continue
+                sent += len(chunk)
                 if transport.is_closing():
                     raise ClientDisconnected("the client closed the connection")
                 if not chunked:
@@ -166,9 +201,9 @@ async def write_stream(
                 await drain()
             if chunked and not transport.is_closing():
                 transport.write(b"0\r\n\r\n")
-        return True
+        return sent
     except ClientDisconnected:
-        return False
+        return None
     finally:
         aclose = getattr(content, "aclose", None)
         if aclose is not None:
