@@ -32,8 +32,8 @@ def aiorest_process(tmp_path: Path) -> Iterator[Callable[..., AiorestProcess]]:
     """Start ``aiorest run`` processes (``aiorest_process(unix=path)``...); every one is stopped after the test."""
     started: list[AiorestProcess] = []
 
-    def start(app: str = APP, **options: Any) -> AiorestProcess:
-        process = AiorestProcess(app, log_path=tmp_path / f"aiorest-{len(started)}.log", **options)
+    def start(app: str = APP, *args: str, **options: Any) -> AiorestProcess:
+        process = AiorestProcess(app, *args, log_path=tmp_path / f"aiorest-{len(started)}.log", **options)
         started.append(process)
         return process.start()
 

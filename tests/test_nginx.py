@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from load.steady import run
-from tests.nginx import aiorest_process, nginx  # noqa: F401  (fixtures)
+from tests.nginx import APP, aiorest_process, nginx  # noqa: F401  (fixtures)
 
 
 def request(
@@ -54,7 +54,11 @@ def _length(data: bytes) -> int:
 
 @pytest.mark.parametrize("transport", ["tcp", "unix"])
 def test_bodies_headers_and_errors_flow_both_ways(nginx, aiorest_process, transport):  # noqa: F811
-    upstream = aiorest_process(unix=nginx.socket_path("aiorest.sock")) if transport == "unix" else aiorest_process()
+    trust = ("--forwarded-allow-ips", "127.0.0.1,unix")  # nginx: believe its X-Forwarded-* and X-Request-ID
+    if transport == "unix":
+        upstream = aiorest_process(APP, *trust, unix=nginx.socket_path("aiorest.sock"))
+    else:
+        upstream = aiorest_process(APP, *trust)
     nginx.start([upstream.upstream])
 
     # A 200 KB JSON body, there and back, intact.
@@ -85,7 +89,9 @@ def test_bodies_headers_and_errors_flow_both_ways(nginx, aiorest_process, transp
     assert raw["host"] == "127.0.0.1" and raw["x-forwarded-host"] == f"127.0.0.1:{nginx.port}"
     assert re.fullmatch("[0-9a-f]{32}", raw["x-request-id"])  # nginx's own, not the client's
     assert "connection" not in raw  # no "Connection: close": the upstream connection stays open
-    assert seen["client"] is None if transport == "unix" else seen["client"][0] == "127.0.0.1"
+    # Told to trust nginx, aiorest takes the client and the id from these headers (the test client
+    # is on loopback too, hence trusted: its own claim 203.0.113.7 is the first untrusted hop).
+    assert seen["client"][0] == "203.0.113.7" and seen["id"] == raw["x-request-id"]
     assert f"rid={raw['x-request-id']} upstream={upstream.upstream} ustatus=200" in nginx.access_log()[-1]
 
     # aiorest's JSON errors pass through unchanged.

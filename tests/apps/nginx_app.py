@@ -15,6 +15,7 @@ async def index(request: Request) -> dict[str, object]:
     return {
         "pid": os.getpid(),
         "client": request.client,
+        "id": request.id,
         "method": request.method,
         "headers": [[name, value] for name, value in request.headers.items()],
     }
