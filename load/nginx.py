@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from load.procs import stop_process
+
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 NGINX_BINARY = "/usr/sbin/nginx"
@@ -87,12 +89,7 @@ def _stop(process: subprocess.Popen[bytes], sig: int, timeout: float) -> None:
     """Send ``sig``; after ``timeout`` s SIGKILL the process and whatever it started."""
     if process.poll() is None:
         children = _descendants(process.pid)
-        process.send_signal(sig)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout, sig)
         for child in children:
             try:
                 os.kill(child, signal.SIGKILL)

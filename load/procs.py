@@ -26,10 +26,11 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-__all__ = ["AiorestProcess", "free_port", "http_get"]
+__all__ = ["AiorestProcess", "free_port", "http_get", "stop_process"]
 
 
 def free_port() -> int:
@@ -37,6 +38,17 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def stop_process(process: subprocess.Popen[Any], timeout: float, sig: int = signal.SIGTERM) -> int:
+    """Send ``sig`` (unless it has exited), wait ``timeout`` s, then SIGKILL it; its exit status."""
+    if process.poll() is None:
+        process.send_signal(sig)
+    try:
+        return process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
 
 
 def http_get(port: int | None, path: str = "/", *, unix: str | None = None, timeout: float = 2.0) -> tuple[int, bytes]:

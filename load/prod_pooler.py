@@ -32,6 +32,7 @@ from typing import IO
 from urllib.parse import parse_qs, urlsplit
 
 from bench.process import ServerProcess
+from load.procs import stop_process
 
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 WRK = shutil.which("wrk") or "/usr/bin/wrk"
@@ -92,12 +93,7 @@ def run_pgbouncer(
             time.sleep(0.05)
         yield f"postgresql://{user}@127.0.0.1:{listen}/{{database}}?sslmode=disable&connect_timeout=5"
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, 10)
         log.close()
         shutil.rmtree(directory, ignore_errors=True)
 

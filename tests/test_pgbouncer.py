@@ -23,6 +23,7 @@ import psycopg2
 import pytest
 
 from aiorest.db import Database, StatementTimeout, UniqueViolation
+from load.procs import stop_process
 from load.prod_pooler import database_name, run_pgbouncer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -219,11 +220,6 @@ def test_the_example_app_behind_pgbouncer_under_load_answers_every_request(pg_se
                 assert "Socket errors" not in output, (url, output)
             assert service.poll() is None, log.read_text()
         finally:
-            service.terminate()
-            try:
-                service.wait(15)
-            except subprocess.TimeoutExpired:
-                service.kill()
-                service.wait()
+            stop_process(service, 15)
     text = log.read_text()
     assert " WARNING " not in text and " ERROR " not in text, text

@@ -23,6 +23,8 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from load.procs import stop_process
+
 ROOT = Path(__file__).resolve().parent.parent
 WRK = shutil.which("wrk")
 pytestmark = pytest.mark.skipif(WRK is None, reason="wrk is not installed (.ci/run installs it)")
@@ -75,12 +77,7 @@ def example_service(
     try:
         yield process, port
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, 15)
 
 
 def wait_serving(process: subprocess.Popen[bytes], log: Path, workers: int) -> None:
