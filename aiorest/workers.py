@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 logger = logging.getLogger("aiorest.server")
 _PR_SET_PDEATHSIG = 1
 _MAX_REASON = 1000  # bytes of a worker's failure reason: one write to a pipe, under PIPE_BUF
+_HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)  # the parent's signals
 
 __all__ = ["run_workers"]
 
@@ -135,8 +136,7 @@ class _Supervisor:
         self.selector.register(wake_read, selectors.EVENT_READ)
         self.wake = (wake_read, wake_write)
         previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
-        handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)
-        previous = {signum: signal.signal(signum, _noted) for signum in handled}
+        previous = {signum: signal.signal(signum, _noted) for signum in _HANDLED}
         try:
             self._spawn(0, "start")
             while self.workers:
@@ -198,10 +198,21 @@ class _Supervisor:
 
     def _spawn(self, number: int, purpose: str) -> _Worker:
         report_read, report_write = os.pipe()
-        pid = os.fork()
+        # Until the child has set its own handlers, the parent's would catch a signal
+        # sent to it (a SIGTERM from a stop right after the fork) and drop it: the
+        # signals wait, blocked, and reach the child once it has its own.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HANDLED)
+        try:
+            pid = os.fork()
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            os.close(report_read)
+            os.close(report_write)
+            raise
         if pid == 0:
             os.close(report_read)
-            self._be_worker(report_write)  # never returns
+            self._be_worker(report_write, mask)  # never returns
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(report_write)
         os.set_blocking(report_read, False)
         worker = _Worker(number, pid, report_read, time.monotonic(), purpose=purpose)
@@ -212,12 +223,13 @@ class _Supervisor:
         logger.info("worker %d (pid %d) starting", number, pid)
         return worker
 
-    def _be_worker(self, report: int) -> None:
-        """In the forked worker: forget the parent's state, then serve."""
+    def _be_worker(self, report: int, mask: set[signal.Signals]) -> None:
+        """In the forked worker (its signals blocked): forget the parent's state, then serve."""
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the parent's signal (a terminal's hangup reaches both)
         signal.set_wakeup_fd(-1)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a SIGTERM sent meanwhile ends it now
         for fd in (*self.wake, *(w.pipe for w in self.workers.values() if w.pipe is not None)):
             os.close(fd)
         self.selector.close()
