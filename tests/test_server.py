@@ -260,6 +260,55 @@ async def test_unix_socket_with_mode():
     assert not os.path.exists(path)
 
 
+async def test_a_unix_socket_served_by_another_server_is_neither_taken_nor_removed(tmp_path):
+    path = str(tmp_path / "aiorest.sock")
+    first = Server(make_app(), unix=path)
+    await first.start()
+    try:
+        second = Server(make_app(), unix=path)
+        with pytest.raises(OSError, match="already"):
+            await second.start()
+        # Still there, and still the first server's.
+        reader, writer = await asyncio.open_unix_connection(path)
+        writer.write(GET_JSON)
+        [response], _ = await read_responses(reader, 1)
+        assert response.status == 200
+        await close(writer)
+    finally:
+        await first.stop()
+    assert not os.path.exists(path)
+
+
+async def test_a_file_in_the_unix_sockets_place_is_left_alone(tmp_path):
+    path = tmp_path / "aiorest.sock"
+    path.write_text("not a socket")
+    with pytest.raises(OSError):
+        await Server(make_app(), unix=str(path)).start()
+    assert path.read_text() == "not a socket"
+
+
+async def test_stop_leaves_a_unix_socket_bound_since_by_another_server(tmp_path):
+    # A new server started on the path while this one drains (a restart that overlaps):
+    # this one's stop must not remove the file the new one serves.
+    path = str(tmp_path / "aiorest.sock")
+    old = Server(make_app(), unix=path)
+    await old.start()
+    os.unlink(path)
+    new = Server(make_app(), unix=path)
+    await new.start()
+    try:
+        await old.stop()
+        assert os.path.exists(path)
+        reader, writer = await asyncio.open_unix_connection(path)
+        writer.write(GET_JSON)
+        [response], _ = await read_responses(reader, 1)
+        assert response.status == 200
+        await close(writer)
+    finally:
+        await new.stop()
+    assert not os.path.exists(path)
+
+
 async def test_http10_client_gets_a_body_and_a_close(server):
     srv = await server()
     reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)

@@ -224,6 +224,17 @@ def test_workers_serve_a_unix_socket_and_know_their_count(tmp_path):
     assert not os.path.exists(path)
 
 
+def test_a_second_parent_on_a_served_unix_socket_exits_1_and_leaves_it_to_the_first(tmp_path):
+    path = str(tmp_path / "aiorest.sock")
+    with slow_app(tmp_path, "--workers", "1", unix=path) as first:
+        command = [sys.executable, "-m", "aiorest", "run", "slow_app:app", "--workers", "1", "--unix", path]
+        second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=10)
+        assert second.returncode == 1, second.stderr
+        assert f"cannot listen on unix:{path}: [Errno 98] a server listens on {path} already" in second.stderr
+        assert json.loads(first.get("/pid")[1])["pid"] in first.worker_pids()
+    assert not os.path.exists(path)
+
+
 # -- SIGTERM: every request already received is answered -----------------------------------------
 
 
