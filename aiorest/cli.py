@@ -56,6 +56,13 @@ def _env(name: str, convert: Callable[[str], object]) -> object:
         raise SystemExit(f"aiorest: {name}={value!r} is not valid") from None
 
 
+def _at_least_one(text: str) -> int:
+    count = int(text)
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {count}")
+    return count
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aiorest", description="Serve an aiorest App.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -66,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--unix", help="serve on this unix socket path instead of TCP")
     run.add_argument(
         "--workers",
-        type=int,
+        type=_at_least_one,
         help="worker processes under a parent that reloads them on SIGHUP (default: one process, no parent)",
     )
     run.add_argument(

@@ -142,6 +142,15 @@ async def test_bad_app_spec_exits_nonzero_with_a_message(spec, message):
     assert stdout == b""
 
 
+@pytest.mark.parametrize("count", ["0", "-2"])
+async def test_workers_below_one_is_a_usage_error(count):
+    process = await aiorest("run", "examples.hello:app", "--port", str(free_port()), "--workers", count)
+    async with asyncio.timeout(10):
+        _, stderr = await process.communicate()
+    assert process.returncode == 2
+    assert f"--workers: must be at least 1, got {count}" in stderr.decode() and "Traceback" not in stderr.decode()
+
+
 async def test_python_m_example_app_runs_on_a_private_postgresql_and_stops_it_on_sigterm(tmp_path):
     # The README's run command on a machine with no DATABASE_URL: pgserver in the temp directory.
     env = {name: value for name, value in os.environ.items() if name != "DATABASE_URL"}
