@@ -11,8 +11,9 @@ The parent:
 
 - starts one worker first, then, once it serves, the others: an app that
   cannot start is reported once, and the parent exits with 1;
-- on SIGHUP replaces the workers one at a time: a new worker starts and serves
-  before the old one is told to stop (SIGTERM: it drains, see
+- on SIGHUP replaces the workers one at a time (after the first start, if it
+  comes during it): a new worker starts and serves before the old one is
+  told to stop (SIGTERM: it drains, see
   :meth:`aiorest.Server.stop`). A new worker that cannot start (it exits, or
   is not ready within ``start_timeout``) ends the reload, logged in one ERROR
   line; the workers still serving go on;
@@ -119,6 +120,7 @@ class _Supervisor:
         self.workers: dict[int, _Worker] = {}  # pid -> every worker alive, draining ones included
         self.serving: dict[int, _Worker] = {}  # slot -> the worker that serves it (or starts for it)
         self.all_started = False
+        self.reload_after_start = False  # a SIGHUP came while they started
         self.stopping = False
         self.exit_code = 0
         self.reload: _Reload | None = None
@@ -346,6 +348,8 @@ class _Supervisor:
                     self.count,
                     " ".join(str(w.pid) for w in self.serving.values()),
                 )
+                if self.reload_after_start:
+                    self._begin_reload()
         else:
             logger.info("worker %d (pid %d) serves", worker.number, worker.pid)
 
@@ -386,8 +390,10 @@ class _Supervisor:
     def _begin_reload(self) -> None:
         if self.stopping:
             return
-        if not self.all_started:
-            logger.warning("SIGHUP while the workers start: ignored")
+        if not self.all_started:  # the first workers may have imported the code before it changed
+            if not self.reload_after_start:
+                logger.info("SIGHUP while the workers start: a reload follows once they serve")
+            self.reload_after_start = True
             return
         if self.reload is not None:
             self.reload.again = True
