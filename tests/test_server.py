@@ -243,6 +243,26 @@ async def test_graceful_stop_finishes_requests_in_flight(server):
         await asyncio.open_connection("127.0.0.1", srv.port)
 
 
+@pytest.mark.parametrize("begun", [b"GET /json HTTP/1.1\r\nHost:", b"GET /json HTTP/1.1\r\nHost: t\r\n\r\nGET /js"])
+async def test_graceful_stop_answers_a_request_whose_head_is_arriving(begun):
+    # Part of the head had arrived when the stop began (alone, or behind a request on the
+    # same read): the request was sent before the stop, so it is answered, not cut.
+    srv = Server(make_app(), host="127.0.0.1", port=0)
+    await srv.start()
+    reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+    writer.write(begun)
+    await writer.drain()
+    await asyncio.sleep(0.1)  # read by the server (and the first request answered)
+    stopping = asyncio.create_task(srv.stop(timeout=5))
+    await asyncio.sleep(0.1)
+    writer.write(b" t\r\n\r\n" if begun.endswith(b"Host:") else b"on HTTP/1.1\r\nHost: t\r\n\r\n")
+    responses, closed = await read_responses(reader, 1 if begun.endswith(b"Host:") else 2)
+    assert [response.status for response in responses] == [200] * len(responses)
+    assert responses[-1].header("connection") == "close" and closed
+    await stopping
+    await close(writer)
+
+
 async def test_unix_socket_with_mode():
     path = os.path.join(tempfile.mkdtemp(), "aiorest.sock")
     srv = Server(make_app(), unix=path, unix_mode=0o660)
