@@ -225,7 +225,7 @@ class _Supervisor:
         logger.info("worker %d (pid %d) starting", number, pid)
         return worker
 
-    def _be_worker(self, report: int, mask: set[signal.Signals]) -> None:
+    def _be_worker(self, report: int, mask: set[int | signal.Signals]) -> None:
         """In the forked worker (its signals blocked): forget the parent's state, then serve."""
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
