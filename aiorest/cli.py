@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import logging
 import os
@@ -11,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .app import App
-from .listeners import bind_tcp, bind_unix, inherited_socket, systemd_socket
+from .listeners import bind_tcp, bind_unix, inherited_socket, remove_unix_socket, systemd_socket
 from .server import WORKERS_LOG_FORMAT, _one_line, run
 from .workers import run_workers
 
@@ -57,6 +56,13 @@ def _env(name: str, convert: Callable[[str], object]) -> object:
         raise SystemExit(f"aiorest: {name}={value!r} is not valid") from None
 
 
+def _at_least_one(text: str) -> int:
+    count = int(text)
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {count}")
+    return count
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aiorest", description="Serve an aiorest App.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -67,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--unix", help="serve on this unix socket path instead of TCP")
     run.add_argument(
         "--workers",
-        type=int,
+        type=_at_least_one,
         help="worker processes under a parent that reloads them on SIGHUP (default: one process, no parent)",
     )
     run.add_argument(
@@ -250,7 +256,7 @@ def _run(args: argparse.Namespace) -> None:
     _split_spec(args.app)
     # The workers inherit this configuration; the pid tells whose line it is.
     logging.basicConfig(level=args.log_level.upper(), format=WORKERS_LOG_FORMAT)
-    unix = args.unix if sock is None else None
+    bound: os.stat_result | None = None  # the unix socket file bound here, removed at exit
     if sock is None:
         where = f"unix:{args.unix}" if args.unix else f"{args.host}:{args.port}"
         try:
@@ -262,6 +268,8 @@ def _run(args: argparse.Namespace) -> None:
         except OSError as exc:
             logging.getLogger("aiorest.server").error("cannot listen on %s: %s", where, exc)
             raise SystemExit(1) from None
+        if args.unix:
+            bound = os.stat(args.unix)
     listener = sock
 
     def serve(ready: Callable[[], object], failed: Callable[[str], object]) -> None:
@@ -282,7 +290,6 @@ def _run(args: argparse.Namespace) -> None:
             on_exit=_on_worker_exit(args),
         )
     finally:
-        if unix is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(unix)
+        if bound is not None:
+            remove_unix_socket(args.unix, bound)
     raise SystemExit(code)

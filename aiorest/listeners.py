@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import socket
 import stat
 
-__all__ = ["bind_tcp", "bind_unix", "inherited_socket", "systemd_socket"]
+__all__ = ["bind_tcp", "bind_unix", "remove_unix_socket", "inherited_socket", "systemd_socket"]
 
 SD_LISTEN_FDS_START = 3  # systemd passes its sockets from fd 3 on
 
@@ -19,9 +20,16 @@ def bind_tcp(host: str, port: int, backlog: int) -> socket.socket:
 
 
 def bind_unix(path: str, mode: int, backlog: int) -> socket.socket:
-    """A listening unix socket at ``path``, made ``mode``; a stale socket file there is removed first."""
+    """A listening unix socket at ``path``, made ``mode``.
+
+    A stale socket file there (left by a crash: nothing listens on it) is
+    removed first; one a server still listens on is an error (EADDRINUSE), as
+    is any other file.
+    """
     with contextlib.suppress(FileNotFoundError):
         if stat.S_ISSOCK(os.stat(path).st_mode):
+            if _listened_on(path):
+                raise OSError(errno.EADDRINUSE, f"a server listens on {path} already")
             os.unlink(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -32,6 +40,23 @@ def bind_unix(path: str, mode: int, backlog: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def _listened_on(path: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.setblocking(False)
+        return probe.connect_ex(path) in (0, errno.EAGAIN)  # EAGAIN: it listens, its queue is full
+
+
+def remove_unix_socket(path: str, bound: os.stat_result) -> None:
+    """Remove the socket file at ``path`` if it is the one bound (``bound``: its ``os.stat`` then).
+
+    Not one another server bound at that path since (a restart that overlaps the drain).
+    """
+    with contextlib.suppress(FileNotFoundError):
+        now = os.stat(path)
+        if (now.st_dev, now.st_ino) == (bound.st_dev, bound.st_ino):
+            os.unlink(path)
 
 
 def inherited_socket(fd: int) -> socket.socket:

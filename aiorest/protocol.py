@@ -371,10 +371,19 @@ class HttpProtocol(HandlerDriver, RequestReader, asyncio.Protocol):
 
     def shutdown(self, close_idle: bool = True) -> None:
         """Server shutdown: close after the response in flight; an idle connection now,
-        or, with ``close_idle`` false, after it answers its next request (``Connection: close``)."""
+        or, with ``close_idle`` false, after it answers its next request (``Connection: close``).
+
+        A connection whose next request head has begun to arrive is not idle: its
+        client sent it before the shutdown, so it is answered (or times out).
+        """
         self._close_after_queue = True
-        if close_idle and self._current is None and not self._queue:
+        if close_idle and self._current is None and not self._queue and not self._head_begun:
             self._close()
+
+    @property
+    def _head_begun(self) -> bool:
+        # _url alone: begun in the read that ended the previous request (see check_deadline)
+        return bool((self._in_head and self._head_bytes) or self._url)
 
     @property
     def idle(self) -> bool:

@@ -16,7 +16,7 @@ from .admission import Admission
 from .health import HealthProbes
 from .lag import LoopLagMonitor
 from .limits import Limits
-from .listeners import bind_unix
+from .listeners import bind_unix, remove_unix_socket
 from .protocol import HttpProtocol, ServerState
 from .proxies import TrustedProxies
 
@@ -116,6 +116,7 @@ class Server:
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             self.host, self.port = sock.getsockname()[:2]
         self._sock_path = sock.getsockname() if sock is not None and sock.family == socket.AF_UNIX else None
+        self._unix_bound: os.stat_result | None = None  # the socket file start() made, removed at stop()
         self._state = ServerState(server_header)
         self._server: asyncio.Server | None = None
         self._factory: Callable[[], HttpProtocol] | None = None
@@ -186,6 +187,7 @@ class Server:
                 self._server = await loop.create_server(factory, sock=self._sock, backlog=self.backlog)
             elif self.unix is not None:
                 sock = bind_unix(self.unix, self.unix_mode, self.backlog)
+                self._unix_bound = os.stat(self.unix)
                 self._server = await loop.create_unix_server(factory, sock=sock, backlog=self.backlog)
             else:
                 self._server = await loop.create_server(
@@ -249,9 +251,9 @@ class Server:
             self.metrics.stop()
         if self.access_log is not None:
             self.access_log.stop()
-        if self.unix is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.unix)
+        if self.unix is not None and self._unix_bound is not None:
+            remove_unix_socket(self.unix, self._unix_bound)
+            self._unix_bound = None
         if self._started:
             self._started = False
             await self.app.shutdown()

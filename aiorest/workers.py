@@ -11,8 +11,9 @@ The parent:
 
 - starts one worker first, then, once it serves, the others: an app that
   cannot start is reported once, and the parent exits with 1;
-- on SIGHUP replaces the workers one at a time: a new worker starts and serves
-  before the old one is told to stop (SIGTERM: it drains, see
+- on SIGHUP replaces the workers one at a time (after the first start, if it
+  comes during it): a new worker starts and serves before the old one is
+  told to stop (SIGTERM: it drains, see
   :meth:`aiorest.Server.stop`). A new worker that cannot start (it exits, or
   is not ready within ``start_timeout``) ends the reload, logged in one ERROR
   line; the workers still serving go on;
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field
 logger = logging.getLogger("aiorest.server")
 _PR_SET_PDEATHSIG = 1
 _MAX_REASON = 1000  # bytes of a worker's failure reason: one write to a pipe, under PIPE_BUF
+_HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)  # the parent's signals
 
 __all__ = ["run_workers"]
 
@@ -118,6 +120,7 @@ class _Supervisor:
         self.workers: dict[int, _Worker] = {}  # pid -> every worker alive, draining ones included
         self.serving: dict[int, _Worker] = {}  # slot -> the worker that serves it (or starts for it)
         self.all_started = False
+        self.reload_after_start = False  # a SIGHUP came while they started
         self.stopping = False
         self.exit_code = 0
         self.reload: _Reload | None = None
@@ -135,8 +138,7 @@ class _Supervisor:
         self.selector.register(wake_read, selectors.EVENT_READ)
         self.wake = (wake_read, wake_write)
         previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
-        handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)
-        previous = {signum: signal.signal(signum, _noted) for signum in handled}
+        previous = {signum: signal.signal(signum, _noted) for signum in _HANDLED}
         try:
             self._spawn(0, "start")
             while self.workers:
@@ -198,10 +200,21 @@ class _Supervisor:
 
     def _spawn(self, number: int, purpose: str) -> _Worker:
         report_read, report_write = os.pipe()
-        pid = os.fork()
+        # Until the child has set its own handlers, the parent's would catch a signal
+        # sent to it (a SIGTERM from a stop right after the fork) and drop it: the
+        # signals wait, blocked, and reach the child once it has its own.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HANDLED)
+        try:
+            pid = os.fork()
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            os.close(report_read)
+            os.close(report_write)
+            raise
         if pid == 0:
             os.close(report_read)
-            self._be_worker(report_write)  # never returns
+            self._be_worker(report_write, mask)  # never returns
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(report_write)
         os.set_blocking(report_read, False)
         worker = _Worker(number, pid, report_read, time.monotonic(), purpose=purpose)
@@ -212,12 +225,13 @@ class _Supervisor:
         logger.info("worker %d (pid %d) starting", number, pid)
         return worker
 
-    def _be_worker(self, report: int) -> None:
-        """In the forked worker: forget the parent's state, then serve."""
+    def _be_worker(self, report: int, mask: set[int | signal.Signals]) -> None:
+        """In the forked worker (its signals blocked): forget the parent's state, then serve."""
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the parent's signal (a terminal's hangup reaches both)
         signal.set_wakeup_fd(-1)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a SIGTERM sent meanwhile ends it now
         for fd in (*self.wake, *(w.pipe for w in self.workers.values() if w.pipe is not None)):
             os.close(fd)
         self.selector.close()
@@ -334,6 +348,8 @@ class _Supervisor:
                     self.count,
                     " ".join(str(w.pid) for w in self.serving.values()),
                 )
+                if self.reload_after_start:
+                    self._begin_reload()
         else:
             logger.info("worker %d (pid %d) serves", worker.number, worker.pid)
 
@@ -374,8 +390,10 @@ class _Supervisor:
     def _begin_reload(self) -> None:
         if self.stopping:
             return
-        if not self.all_started:
-            logger.warning("SIGHUP while the workers start: ignored")
+        if not self.all_started:  # the first workers may have imported the code before it changed
+            if not self.reload_after_start:
+                logger.info("SIGHUP while the workers start: a reload follows once they serve")
+            self.reload_after_start = True
             return
         if self.reload is not None:
             self.reload.again = True

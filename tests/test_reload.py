@@ -142,3 +142,30 @@ async def test_a_new_worker_not_ready_in_time_is_stopped_and_the_old_ones_serve(
         server.send_signal(signal.SIGHUP)
         await asyncio.to_thread(server.wait_for_log, "reload done")
         assert served_versions(server) == {3}
+
+
+async def test_a_sighup_while_the_workers_start_reloads_them_once_they_serve(tmp_path):
+    # Worker 0 imported the old code; the SIGHUP asks for the new code everywhere.
+    imported = tmp_path / "imported"
+    slow = (
+        "from pathlib import Path\nPath(os.environ['IMPORTED']).touch()\n"
+        "async def slow(app):\n    await asyncio.sleep(1)\napp.on_startup.append(slow)"
+    )
+    write_app(tmp_path, 1, slow)
+    server = aiorest(tmp_path)
+    server.env["IMPORTED"] = str(imported)
+    starting = asyncio.ensure_future(asyncio.to_thread(server.start))
+    try:
+        async with asyncio.timeout(10):
+            while not imported.exists():
+                await asyncio.sleep(0.02)
+        write_app(tmp_path, 2, slow)
+        server.send_signal(signal.SIGHUP)
+        await starting
+        await asyncio.to_thread(server.wait_for_log, "reload done")
+        assert served_versions(server) == {2}
+        assert " ERROR " not in server.log()
+    finally:
+        await asyncio.wait([starting])
+        if server.returncode is None:
+            server.stop(timeout=15)

@@ -243,6 +243,26 @@ async def test_graceful_stop_finishes_requests_in_flight(server):
         await asyncio.open_connection("127.0.0.1", srv.port)
 
 
+@pytest.mark.parametrize("begun", [b"GET /json HTTP/1.1\r\nHost:", b"GET /json HTTP/1.1\r\nHost: t\r\n\r\nGET /js"])
+async def test_graceful_stop_answers_a_request_whose_head_is_arriving(begun):
+    # Part of the head had arrived when the stop began (alone, or behind a request on the
+    # same read): the request was sent before the stop, so it is answered, not cut.
+    srv = Server(make_app(), host="127.0.0.1", port=0)
+    await srv.start()
+    reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+    writer.write(begun)
+    await writer.drain()
+    await asyncio.sleep(0.1)  # read by the server (and the first request answered)
+    stopping = asyncio.create_task(srv.stop(timeout=5))
+    await asyncio.sleep(0.1)
+    writer.write(b" t\r\n\r\n" if begun.endswith(b"Host:") else b"on HTTP/1.1\r\nHost: t\r\n\r\n")
+    responses, closed = await read_responses(reader, 1 if begun.endswith(b"Host:") else 2)
+    assert [response.status for response in responses] == [200] * len(responses)
+    assert responses[-1].header("connection") == "close" and closed
+    await stopping
+    await close(writer)
+
+
 async def test_unix_socket_with_mode():
     path = os.path.join(tempfile.mkdtemp(), "aiorest.sock")
     srv = Server(make_app(), unix=path, unix_mode=0o660)
@@ -257,6 +277,55 @@ async def test_unix_socket_with_mode():
         await close(writer)
     finally:
         await srv.stop()
+    assert not os.path.exists(path)
+
+
+async def test_a_unix_socket_served_by_another_server_is_neither_taken_nor_removed(tmp_path):
+    path = str(tmp_path / "aiorest.sock")
+    first = Server(make_app(), unix=path)
+    await first.start()
+    try:
+        second = Server(make_app(), unix=path)
+        with pytest.raises(OSError, match="already"):
+            await second.start()
+        # Still there, and still the first server's.
+        reader, writer = await asyncio.open_unix_connection(path)
+        writer.write(GET_JSON)
+        [response], _ = await read_responses(reader, 1)
+        assert response.status == 200
+        await close(writer)
+    finally:
+        await first.stop()
+    assert not os.path.exists(path)
+
+
+async def test_a_file_in_the_unix_sockets_place_is_left_alone(tmp_path):
+    path = tmp_path / "aiorest.sock"
+    path.write_text("not a socket")
+    with pytest.raises(OSError):
+        await Server(make_app(), unix=str(path)).start()
+    assert path.read_text() == "not a socket"
+
+
+async def test_stop_leaves_a_unix_socket_bound_since_by_another_server(tmp_path):
+    # A new server started on the path while this one drains (a restart that overlaps):
+    # this one's stop must not remove the file the new one serves.
+    path = str(tmp_path / "aiorest.sock")
+    old = Server(make_app(), unix=path)
+    await old.start()
+    os.unlink(path)
+    new = Server(make_app(), unix=path)
+    await new.start()
+    try:
+        await old.stop()
+        assert os.path.exists(path)
+        reader, writer = await asyncio.open_unix_connection(path)
+        writer.write(GET_JSON)
+        [response], _ = await read_responses(reader, 1)
+        assert response.status == 200
+        await close(writer)
+    finally:
+        await new.stop()
     assert not os.path.exists(path)
 
 

@@ -224,6 +224,17 @@ def test_workers_serve_a_unix_socket_and_know_their_count(tmp_path):
     assert not os.path.exists(path)
 
 
+def test_a_second_parent_on_a_served_unix_socket_exits_1_and_leaves_it_to_the_first(tmp_path):
+    path = str(tmp_path / "aiorest.sock")
+    with slow_app(tmp_path, "--workers", "1", unix=path) as first:
+        command = [sys.executable, "-m", "aiorest", "run", "slow_app:app", "--workers", "1", "--unix", path]
+        second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=10)
+        assert second.returncode == 1, second.stderr
+        assert f"cannot listen on unix:{path}: [Errno 98] a server listens on {path} already" in second.stderr
+        assert json.loads(first.get("/pid")[1])["pid"] in first.worker_pids()
+    assert not os.path.exists(path)
+
+
 # -- SIGTERM: every request already received is answered -----------------------------------------
 
 
@@ -303,3 +314,35 @@ async def test_stop_answers_the_connections_waiting_in_the_listen_backlog():
         head = _answer(sock)
         assert head.startswith(b"HTTP/1.1 200") and b"Connection: close" in head
         sock.close()
+
+
+# -- a signal right after a fork ----------------------------------------------------------------------
+
+# A worker that is slow to get going after its fork (a loaded machine): 1 s before any of its code runs.
+SLOW_FORK = (
+    "import os, sys, time; os.register_at_fork(after_in_child=lambda: time.sleep(1));"
+    " from aiorest.cli import main; main(sys.argv[3:])"
+)
+
+
+def test_sigterm_right_after_a_worker_is_forked_stops_it_at_once(tmp_path):
+    # SIGTERM during a reload, while the new worker is not yet its own: the parent's
+    # handler, still in place in the child, must not swallow the parent's SIGTERM.
+    (tmp_path / "slow_app.py").write_text(SLOW_APP)
+    server = AiorestProcess(
+        "slow_app:app",
+        *("--workers", "1", "--graceful-timeout", "1"),
+        cwd=tmp_path,
+        ready_path="/pid",
+        python=("-c", SLOW_FORK),
+    )
+    with server:
+        server.send_signal(signal.SIGHUP)
+        server.wait_for_log("starting", count=2)  # the new worker is forked, asleep
+        began = time.monotonic()
+        assert server.stop(timeout=20) == 0
+        took = time.monotonic() - began
+        log = server.log()
+    # Not left serving until the parent's SIGKILL (--graceful-timeout + 10 s).
+    assert took < 5, log
+    assert " ERROR " not in log and "SIGKILL" not in log, log
