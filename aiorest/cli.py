@@ -63,6 +63,17 @@ def _at_least_one(text: str) -> int:
     return count
 
 
+def _positive(name: str, default: float) -> float:
+    """The default of a flag of seconds: ``$name`` if set (it must be positive), else ``default``."""
+    value = _env(name, float)
+    if value is None:
+        return default
+    assert isinstance(value, float)
+    if value <= 0:
+        raise SystemExit(f"aiorest: {name}={value!r} must be positive")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aiorest", description="Serve an aiorest App.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -82,7 +93,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--backlog", type=int, default=2048, help="listen backlog (default 2048)")
     run.add_argument("--loop-lag-report", metavar="FILE", help="write event-loop lag percentiles (JSON) at exit")
     run.add_argument(
-        "--graceful-timeout", type=float, default=30.0, help="seconds to finish requests on SIGTERM (default 30)"
+        "--graceful-timeout",
+        type=float,
+        default=_positive("AIOREST_GRACEFUL_TIMEOUT", 30.0),
+        help="seconds to finish requests on SIGTERM (default 30, $AIOREST_GRACEFUL_TIMEOUT)",
     )
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     _add_production_options(run)
@@ -96,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--start-timeout",
         type=float,
-        default=_env("AIOREST_START_TIMEOUT", float) or 60.0,
+        default=_positive("AIOREST_START_TIMEOUT", 60.0),
         help="with --workers: seconds a new worker has to start serving (default 60, $AIOREST_START_TIMEOUT)",
     )
     # request ids, trusted proxies, access log

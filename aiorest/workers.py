@@ -291,7 +291,10 @@ class _Supervisor:
                     os.close(worker.pipe)
                     worker.pipe = None
             if self.on_exit is not None:
-                self.on_exit(pid)
+                try:
+                    self.on_exit(pid)
+                except Exception:  # the supervisor must go on supervising
+                    logger.exception("the worker exit hook failed for pid %d", pid)
             self._exited(worker, os.waitstatus_to_exitcode(status))
 
     def _forget(self, worker: _Worker) -> None:

@@ -282,3 +282,16 @@ async def test_python_m_example_app_that_cannot_listen_exits_1_and_stops_its_pos
     assert len(errors) == 1 and "startup failed" in errors[0] and "address already in use" in errors[0], text
     assert not [noise for noise in NOISE if noise in text], text
     assert not (tmp_path / f"aiorest-pgdata-{os.getuid()}" / "postmaster.pid").exists(), "PostgreSQL was left running"
+
+
+def test_timeouts_come_from_the_environment_and_must_be_positive(monkeypatch):
+    from aiorest.cli import _parser
+
+    monkeypatch.setenv("AIOREST_GRACEFUL_TIMEOUT", "12.5")
+    monkeypatch.setenv("AIOREST_START_TIMEOUT", "7")
+    args = _parser().parse_args(["run", "x:y"])
+    assert (args.graceful_timeout, args.start_timeout) == (12.5, 7.0)
+    assert _parser().parse_args(["run", "x:y", "--graceful-timeout", "3"]).graceful_timeout == 3.0  # the flag wins
+    monkeypatch.setenv("AIOREST_START_TIMEOUT", "0")
+    with pytest.raises(SystemExit, match="AIOREST_START_TIMEOUT=0.0 must be positive"):
+        _parser()
