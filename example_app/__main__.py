@@ -27,7 +27,11 @@ def embedded_postgres_url() -> str:
         ) from None
     data = Path(tempfile.gettempdir()) / f"aiorest-pgdata-{os.getuid()}"
     _prune_dead_pids(data / ".handle_pids.json")
-    server = pgserver.get_server(str(data), cleanup_mode="stop")  # type: ignore[attr-defined]
+    try:
+        server = pgserver.get_server(str(data), cleanup_mode="stop")  # type: ignore[attr-defined]
+    except Exception as exc:  # pgserver's own errors (initdb, pg_ctl start timing out) carry no common type
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise SystemExit(f"cannot start the embedded PostgreSQL in {data}: {type(exc).__name__}: {first}") from None
     return str(server.get_uri())
 
 
