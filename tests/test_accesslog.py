@@ -17,9 +17,11 @@ from typing import Any
 import pytest
 
 import aiorest
-from aiorest import App, Limits, Request, Server, StreamResponse
+from aiorest import App, Limits, Request, Response, Server, StreamResponse
 from aiorest.accesslog import AccessLog
 from aiorest.requestid import request_id
+from aiorest.serverstate import ServerState
+from aiorest.writing import short_answer
 from tests.test_cli import free_port, python, running, wait_until_accepting
 from tests.wire import fetch, get, read_response
 
@@ -124,16 +126,20 @@ async def test_an_id_from_a_trusted_proxy_is_kept_a_bad_or_untrusted_one_replace
 def test_a_forked_worker_makes_ids_of_its_own():
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: report its prefix and leave at once
-        os.write(write, aiorest.requestid.prefix)
+    if pid == 0:  # the child: report its prefix and the short answers it writes, and leave at once
+        state = ServerState()
+        answers = [short_answer({}, state, lambda _: b"{}", 10), short_answer(Response(b"x"), state, bytes, 11)]
+        os.write(write, b"\0".join([aiorest.requestid.prefix, *answers]))  # type: ignore[list-item]
         os._exit(0)
     os.close(write)
     try:
-        child = os.read(read, 100)
+        child = os.read(read, 10_000)
     finally:
         os.close(read)
         os.waitpid(pid, 0)
-    assert child and child != aiorest.requestid.prefix
+    prefix, *answers = child.split(b"\0")
+    assert prefix and prefix != aiorest.requestid.prefix
+    assert [re.findall(rb"X-Request-ID: (\S+)\r", answer) for answer in answers] == [[prefix + b"a"], [prefix + b"b"]]
 
 
 # -- the access log ----------------------------------------------------------------------------
