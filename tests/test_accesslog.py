@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import select
 import signal
 import threading
 import time
@@ -277,3 +278,81 @@ def test_bad_access_log_settings_are_refused():
         AccessLog("-", "apache")
     with pytest.raises(ValueError, match="at least 1"):
         AccessLog("-", queue_size=0)
+
+
+def logged_request(agent_size: int) -> Request:
+    """A request as the connection hands it to the log, with a User-Agent of ``agent_size`` bytes."""
+    return Request("GET", "/json", b"/json", "", "1.1", [(b"user-agent", b"u" * agent_size)], App())
+
+
+class RecordingAccessLog(AccessLog):
+    """Keeps the size of each write the writer makes."""
+
+    writes: list[tuple[int, int]]  # (lines, bytes)
+
+    def _output(self, lines: list[str], failed: bool, fd: int | None) -> bool:
+        self.writes.append((len(lines), sum(map(len, lines))))
+        return super()._output(lines, failed, fd)
+
+
+def test_several_lines_go_in_one_write_only_up_to_pipe_buf(tmp_path):
+    path = tmp_path / "access.log"
+    log = RecordingAccessLog(str(path))
+    log.writes = []
+    log.start()
+    sizes = [300, 1400, 900, 2500, 100, 3900, 700] * 20
+    for size in sizes:
+        log.log(logged_request(size), 200, 2)
+    log.stop()
+    assert sum(lines for lines, _ in log.writes) == len(sizes)
+    # a write of several lines is atomic on a pipe (and not split between workers) only up to PIPE_BUF
+    assert all(size <= select.PIPE_BUF for lines, size in log.writes if lines > 1), log.writes
+    agents = [COMBINED.fullmatch(line)["agent"] for line in path.read_text().splitlines()]  # type: ignore[index]
+    assert [len(agent) for agent in agents] == sizes
+
+
+def test_stop_does_not_hang_on_a_writer_blocked_by_a_reader_that_does_not_read(tmp_path, caplog):
+    fifo = tmp_path / "stuck"
+    os.mkfifo(fifo)
+    reader_fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # opened, not read: the pipe fills up
+    log = AccessLog(str(fifo), queue_size=1000)
+    log.start()
+    received = bytearray()
+    try:
+        for _ in range(300):  # ~1 MB of lines: far more than the pipe holds
+            log.log(logged_request(3000), 200, 2)
+        time.sleep(0.1)  # the writer takes them and blocks
+        started = time.monotonic()
+        log.stop(timeout=0.5)
+        assert time.monotonic() - started < 2
+        assert any("has not finished writing" in record.getMessage() for record in caplog.records)
+    finally:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the writer goes on, then closes its end
+            if select.select([reader_fd], [], [], 1)[0]:
+                chunk = os.read(reader_fd, 1 << 16)
+                if not chunk:
+                    break
+                received += chunk
+        os.close(reader_fd)
+    assert received.count(b"\n") == 300  # nothing lost once the reader reads
+
+
+async def test_a_head_the_parser_cannot_read_is_logged_without_a_request_line(tmp_path):
+    for log_format in ("combined", "json"):
+        path = tmp_path / f"access.{log_format}"
+        server = Server(make_app(), port=0, access_log=str(path), access_log_format=log_format)
+        await server.start()
+        try:
+            (response,) = await fetch(server.port, b"POST /json HTTP/1.1\r\nHost: t\r\nBad Header\r\n\r\n")
+        finally:
+            await server.stop()
+        assert response.status == 400
+        (line,) = path.read_text().splitlines()
+        if log_format == "json":
+            record = json.loads(line)
+            assert (record["method"], record["target"], record["protocol"], record["status"]) == (None, None, None, 400)
+            assert record["request_id"] == response.header("x-request-id")
+        else:
+            match = COMBINED.fullmatch(line)
+            assert match is not None and match["request"] == "-" and match["status"] == "400", line
