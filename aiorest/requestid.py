@@ -106,7 +106,10 @@ def _install_record_factory() -> None:
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = previous(*args, **kwargs)
         value = request_id_var.get(None)
-        record.request_id = "-" if value is None else format_request_id(value)
+        if value is not None:
+            record.request_id = format_request_id(value)
+        elif not hasattr(record, "request_id"):  # one a factory before ours set is kept
+            record.request_id = "-"
         return record
 
     factory._aiorest_request_id = True  # type: ignore[attr-defined]

@@ -356,3 +356,28 @@ async def test_a_head_the_parser_cannot_read_is_logged_without_a_request_line(tm
         else:
             match = COMBINED.fullmatch(line)
             assert match is not None and match["request"] == "-" and match["status"] == "400", line
+
+
+async def test_a_record_factory_installed_before_ours_keeps_its_request_id():
+    original = logging.getLogRecordFactory()
+
+    def theirs(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = original(*args, **kwargs)
+        record.request_id = "theirs"
+        return record
+
+    logging.setLogRecordFactory(theirs)
+    aiorest.requestid._install_record_factory()  # ours on top, as when aiorest is imported after
+    try:
+        logger = logging.getLogger("tests.accesslog.factory")
+        assert logger.makeRecord("x", logging.INFO, "", 0, "m", None, None).request_id == "theirs"
+        async with serving() as server:
+            (response,) = await fetch(server.port, get("/json"))
+        assert json.loads(response.body)["current"] == response.header("x-request-id")
+        token = aiorest.requestid.request_id_var.set(7)
+        try:  # inside a request, ours
+            assert logger.makeRecord("x", logging.INFO, "", 0, "m", None, None).request_id.endswith("-7")
+        finally:
+            aiorest.requestid.request_id_var.reset(token)
+    finally:
+        logging.setLogRecordFactory(original)
