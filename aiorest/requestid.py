@@ -5,8 +5,9 @@ the ``X-Request-ID`` a trusted proxy sent, when it is a good one (bytes), or a
 new one: the next number of a counter (an int), shown after a random prefix
 made once per process (again in a forked child), as ``3f9a1c0b7d2e-1a2b``.
 The number is formatted only where the id is shown — in the response's head,
-as part of the one format that makes it — and not once per request besides:
-that was 2,400 instructions of a request's 39,000.
+as part of the one format that makes it, the prefix built into that format
+(``on_new_prefix``) — and not once per request besides: that was 2,400
+instructions of a request's 39,000.
 The handler runs in a context of its own, where ``request_id_var`` holds the id;
 the log record factory installed on import copies it onto every LogRecord as
 ``record.request_id`` ("-" outside a request), so that a format string can
@@ -21,6 +22,7 @@ import logging
 import os
 import re
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "request_id_var",
     "request_numbers",
     "prefix",
+    "on_new_prefix",
     "format_request_id",
     "valid_request_id",
     "MAX_REQUEST_ID",
@@ -43,12 +46,22 @@ request_id_var: contextvars.ContextVar[RequestId] = contextvars.ContextVar("aior
 request_numbers = itertools.count(1)
 prefix = b""  # this process's: 12 random hex digits and "-"
 _prefix_text = ""
+_prefix_users: list[Callable[[], None]] = []
 
 
 def _new_prefix() -> None:
     global prefix, _prefix_text
     _prefix_text = secrets.token_hex(6) + "-"
     prefix = _prefix_text.encode("ascii")
+    for user in _prefix_users:
+        user()
+
+
+def on_new_prefix(user: Callable[[], None]) -> None:
+    """Call ``user`` now, and again whenever the prefix changes (in a forked child): for
+    what is built from the prefix once, such as writing.py's formats."""
+    _prefix_users.append(user)
+    user()
 
 
 _new_prefix()
@@ -93,7 +106,10 @@ def _install_record_factory() -> None:
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = previous(*args, **kwargs)
         value = request_id_var.get(None)
-        record.request_id = "-" if value is None else format_request_id(value)
+        if value is not None:
+            record.request_id = format_request_id(value)
+        elif not hasattr(record, "request_id"):  # one a factory before ours set is kept
+            record.request_id = "-"
         return record
 
     factory._aiorest_request_id = True  # type: ignore[attr-defined]

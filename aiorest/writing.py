@@ -27,12 +27,22 @@ CLOSE = "Connection: close\r\n"
 KEEP_ALIVE = "Connection: keep-alive\r\n"  # for an HTTP/1.0 client that asked to keep alive
 _NO_BODY_STATUSES = frozenset({204, 304})
 _LARGE_BODY = 16 * 1024  # above this, head and body go to the socket as two buffers
-# The two short answers' formats, for an id made here (a number shown after the process's
-# prefix) and for an id given by a proxy (shown after an empty one).
-_JSON_MADE = b"%sX-Request-ID: %s%x\r\nContent-Length: %d\r\n\r\n%s"
-_JSON_GIVEN = b"%sX-Request-ID: %s%s\r\nContent-Length: %d\r\n\r\n%s"
-_PLAIN_MADE = b"%s%s%sX-Request-ID: %s%x\r\nContent-Length: %d\r\n\r\n%s"
-_PLAIN_GIVEN = b"%s%s%sX-Request-ID: %s%s\r\nContent-Length: %d\r\n\r\n%s"
+# The two short answers' formats, for an id given by a proxy (bytes) and for one made here
+# (a number, shown after the process's prefix). The prefix is part of the format, made again
+# in a forked child: one value fewer to format a request (about 300 instructions of 42,000).
+_JSON_GIVEN = b"%sX-Request-ID: %s\r\nContent-Length: %d\r\n\r\n%s"
+_PLAIN_GIVEN = b"%s%s%sX-Request-ID: %s\r\nContent-Length: %d\r\n\r\n%s"
+_JSON_MADE = _PLAIN_MADE = b""
+
+
+def _make_formats() -> None:
+    global _JSON_MADE, _PLAIN_MADE
+    made = b"X-Request-ID: " + requestid.prefix + b"%x\r\nContent-Length: %d\r\n\r\n%s"
+    _JSON_MADE = b"%s" + made
+    _PLAIN_MADE = b"%s%s%s" + made
+
+
+requestid.on_new_prefix(_make_formats)
 
 
 def short_answer(
@@ -51,8 +61,8 @@ def short_answer(
         except Exception:
             return None  # the general path logs it and answers 500
         if type(request_id) is int:
-            return _JSON_MADE % (state.json_prefix, requestid.prefix, request_id, len(payload), payload)
-        return _JSON_GIVEN % (state.json_prefix, b"", request_id, len(payload), payload)
+            return _JSON_MADE % (state.json_prefix, request_id, len(payload), payload)
+        return _JSON_GIVEN % (state.json_prefix, request_id, len(payload), payload)
     if result_type is Response and result._headers is None:
         # The slots behind the properties: what the setters let through is safe to send.
         content = result.body
@@ -60,12 +70,10 @@ def short_answer(
         content_type = CONTENT_TYPE_LINES.get(media_type) or content_type_line(media_type)
         status_line = STATUS_BYTES.get(result._status)
         if type(content) is bytes and len(content) <= _LARGE_BODY and content_type is not None and status_line:
-            made = type(request_id) is int
-            return (_PLAIN_MADE if made else _PLAIN_GIVEN) % (
+            return (_PLAIN_MADE if type(request_id) is int else _PLAIN_GIVEN) % (
                 status_line,
                 state.header_bytes,
                 content_type,
-                requestid.prefix if made else b"",
                 request_id,
                 len(content),
                 content,

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import select
 import signal
 import threading
 import time
@@ -17,9 +18,11 @@ from typing import Any
 import pytest
 
 import aiorest
-from aiorest import App, Limits, Request, Server, StreamResponse
+from aiorest import App, Limits, Request, Response, Server, StreamResponse
 from aiorest.accesslog import AccessLog
 from aiorest.requestid import request_id
+from aiorest.serverstate import ServerState
+from aiorest.writing import short_answer
 from tests.test_cli import free_port, python, running, wait_until_accepting
 from tests.wire import fetch, get, read_response
 
@@ -124,16 +127,20 @@ async def test_an_id_from_a_trusted_proxy_is_kept_a_bad_or_untrusted_one_replace
 def test_a_forked_worker_makes_ids_of_its_own():
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: report its prefix and leave at once
-        os.write(write, aiorest.requestid.prefix)
+    if pid == 0:  # the child: report its prefix and the short answers it writes, and leave at once
+        state = ServerState()
+        answers = [short_answer({}, state, lambda _: b"{}", 10), short_answer(Response(b"x"), state, bytes, 11)]
+        os.write(write, b"\0".join([aiorest.requestid.prefix, *answers]))  # type: ignore[list-item]
         os._exit(0)
     os.close(write)
     try:
-        child = os.read(read, 100)
+        child = os.read(read, 10_000)
     finally:
         os.close(read)
         os.waitpid(pid, 0)
-    assert child and child != aiorest.requestid.prefix
+    prefix, *answers = child.split(b"\0")
+    assert prefix and prefix != aiorest.requestid.prefix
+    assert [re.findall(rb"X-Request-ID: (\S+)\r", answer) for answer in answers] == [[prefix + b"a"], [prefix + b"b"]]
 
 
 # -- the access log ----------------------------------------------------------------------------
@@ -271,3 +278,106 @@ def test_bad_access_log_settings_are_refused():
         AccessLog("-", "apache")
     with pytest.raises(ValueError, match="at least 1"):
         AccessLog("-", queue_size=0)
+
+
+def logged_request(agent_size: int) -> Request:
+    """A request as the connection hands it to the log, with a User-Agent of ``agent_size`` bytes."""
+    return Request("GET", "/json", b"/json", "", "1.1", [(b"user-agent", b"u" * agent_size)], App())
+
+
+class RecordingAccessLog(AccessLog):
+    """Keeps the size of each write the writer makes."""
+
+    writes: list[tuple[int, int]]  # (lines, bytes)
+
+    def _output(self, lines: list[str], failed: bool, fd: int | None) -> bool:
+        self.writes.append((len(lines), sum(map(len, lines))))
+        return super()._output(lines, failed, fd)
+
+
+def test_several_lines_go_in_one_write_only_up_to_pipe_buf(tmp_path):
+    path = tmp_path / "access.log"
+    log = RecordingAccessLog(str(path))
+    log.writes = []
+    log.start()
+    sizes = [300, 1400, 900, 2500, 100, 3900, 700] * 20
+    for size in sizes:
+        log.log(logged_request(size), 200, 2)
+    log.stop()
+    assert sum(lines for lines, _ in log.writes) == len(sizes)
+    # a write of several lines is atomic on a pipe (and not split between workers) only up to PIPE_BUF
+    assert all(size <= select.PIPE_BUF for lines, size in log.writes if lines > 1), log.writes
+    agents = [COMBINED.fullmatch(line)["agent"] for line in path.read_text().splitlines()]  # type: ignore[index]
+    assert [len(agent) for agent in agents] == sizes
+
+
+def test_stop_does_not_hang_on_a_writer_blocked_by_a_reader_that_does_not_read(tmp_path, caplog):
+    fifo = tmp_path / "stuck"
+    os.mkfifo(fifo)
+    reader_fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # opened, not read: the pipe fills up
+    log = AccessLog(str(fifo), queue_size=1000)
+    log.start()
+    received = bytearray()
+    try:
+        for _ in range(300):  # ~1 MB of lines: far more than the pipe holds
+            log.log(logged_request(3000), 200, 2)
+        time.sleep(0.1)  # the writer takes them and blocks
+        started = time.monotonic()
+        log.stop(timeout=0.5)
+        assert time.monotonic() - started < 2
+        assert any("has not finished writing" in record.getMessage() for record in caplog.records)
+    finally:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the writer goes on, then closes its end
+            if select.select([reader_fd], [], [], 1)[0]:
+                chunk = os.read(reader_fd, 1 << 16)
+                if not chunk:
+                    break
+                received += chunk
+        os.close(reader_fd)
+    assert received.count(b"\n") == 300  # nothing lost once the reader reads
+
+
+async def test_a_head_the_parser_cannot_read_is_logged_without_a_request_line(tmp_path):
+    for log_format in ("combined", "json"):
+        path = tmp_path / f"access.{log_format}"
+        server = Server(make_app(), port=0, access_log=str(path), access_log_format=log_format)
+        await server.start()
+        try:
+            (response,) = await fetch(server.port, b"POST /json HTTP/1.1\r\nHost: t\r\nBad Header\r\n\r\n")
+        finally:
+            await server.stop()
+        assert response.status == 400
+        (line,) = path.read_text().splitlines()
+        if log_format == "json":
+            record = json.loads(line)
+            assert (record["method"], record["target"], record["protocol"], record["status"]) == (None, None, None, 400)
+            assert record["request_id"] == response.header("x-request-id")
+        else:
+            match = COMBINED.fullmatch(line)
+            assert match is not None and match["request"] == "-" and match["status"] == "400", line
+
+
+async def test_a_record_factory_installed_before_ours_keeps_its_request_id():
+    original = logging.getLogRecordFactory()
+
+    def theirs(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = original(*args, **kwargs)
+        record.request_id = "theirs"
+        return record
+
+    logging.setLogRecordFactory(theirs)
+    aiorest.requestid._install_record_factory()  # ours on top, as when aiorest is imported after
+    try:
+        logger = logging.getLogger("tests.accesslog.factory")
+        assert logger.makeRecord("x", logging.INFO, "", 0, "m", None, None).request_id == "theirs"
+        async with serving() as server:
+            (response,) = await fetch(server.port, get("/json"))
+        assert json.loads(response.body)["current"] == response.header("x-request-id")
+        token = aiorest.requestid.request_id_var.set(7)
+        try:  # inside a request, ours
+            assert logger.makeRecord("x", logging.INFO, "", 0, "m", None, None).request_id.endswith("-7")
+        finally:
+            aiorest.requestid.request_id_var.reset(token)
+    finally:
+        logging.setLogRecordFactory(original)
