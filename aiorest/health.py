@@ -4,7 +4,9 @@
 answer it is stuck and should be restarted. ``/readyz`` answers 200 when the
 worker should be sent traffic: it is not draining (``Server.stop`` has not
 begun) and, if the app has a database (``app.state.db``, set by
-``Database.setup``), a ``SELECT 1`` succeeded within ``timeout`` seconds. That
+``Database.setup``), a ``SELECT 1`` succeeded within ``timeout`` seconds (or
+every connection of the pool is busy with requests: a busy database is not a
+down one, and a probe queued behind them would fail under load). That
 result is kept ``cache_for`` seconds and one check at a time is run, so a storm
 of probes costs PostgreSQL one query a second at most. Otherwise 503 with
 ``Retry-After``, in the usual JSON error shape.
@@ -73,6 +75,13 @@ class HealthProbes:
             await asyncio.wait([checking])
 
     async def _check(self, db: Any) -> bool:
+        if db.size >= db.max_size and db.idle == 0:
+            # Every connection is open and busy answering requests: the database is
+            # reachable. A probe would queue behind them and, under load, time out in
+            # every worker at once: the balancer would take the whole service out.
+            self._db_ok = True
+            self._checked_at = asyncio.get_running_loop().time()
+            return True
         try:
             async with asyncio.timeout(self.timeout):
                 ok = bool(await db.fetchval("SELECT 1") == 1)

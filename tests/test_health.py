@@ -54,6 +54,25 @@ async def test_healthz_and_readyz_with_the_database_up(database_url):
             assert response.status == 200
 
 
+async def test_readyz_is_200_while_every_connection_of_the_pool_is_busy(database_url):
+    app = App()
+    db = Database(database_url, min_size=1, max_size=2, acquire_timeout=5)
+    db.setup(app)
+    async with serving(app, health=True) as session:
+
+        async def hold() -> None:
+            async with db.connection() as conn:
+                await conn.fetchval("SELECT pg_sleep(1.5)")
+
+        holders = [asyncio.create_task(hold()) for _ in range(2)]
+        await asyncio.sleep(0.2)
+        assert db.idle == 0 and db.in_use == 2
+        started = time.monotonic()
+        assert (await get(session, "/readyz"))[::2] == (200, {"status": "ready"})  # busy, not down
+        assert time.monotonic() - started < 0.5  # not queued behind the busy connections
+        await asyncio.gather(*holders)
+
+
 async def test_readyz_is_503_when_the_database_is_unreachable_and_the_check_is_cached(caplog):
     app = App()
     dsn = f"postgresql://postgres@127.0.0.1:{closed_port()}/postgres?connect_timeout=1&sslmode=disable"
