@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import aiohttp
 import pytest
 
 import aiorest
@@ -334,7 +335,36 @@ async def exercise_inventory(module: ModuleType, client: Any) -> None:
         assert await response.json() == {"sku": "pear", "qty": 1}
 
 
+async def exercise_behind_proxy(module: ModuleType, client: Any, caplog: pytest.LogCaptureFixture) -> None:
+    server = aiorest.Server(module.app, port=0, forwarded_allow_ips="127.0.0.1", health=True, max_concurrency=64)
+    await server.start()
+    try:
+        async with aiohttp.ClientSession(server.url) as session:
+            proxy_headers = {
+                "X-Forwarded-For": "203.0.113.9, 127.0.0.1",
+                "X-Forwarded-Proto": "https",
+                "X-Forwarded-Host": "shop.example",
+                "X-Request-ID": "edge-42",
+            }
+            with caplog.at_level(logging.INFO, logger="behind_proxy"):
+                async with session.get("/orders/7", headers=proxy_headers) as response:
+                    assert response.headers["X-Request-ID"] == "edge-42"
+                    assert await response.json() == {
+                        "client": "203.0.113.9",
+                        "scheme": "https",
+                        "id": "edge-42",
+                        "same_id_everywhere": True,
+                        "self": "https://shop.example/orders/7",
+                    }
+            assert [record.request_id for record in caplog.records if record.name == "behind_proxy"] == ["edge-42"]
+            async with session.get("/readyz") as response:
+                assert response.status == 200
+    finally:
+        await server.stop(timeout=2)
+
+
 EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
+    "behind_proxy": exercise_behind_proxy,
     "inventory": exercise_inventory,
     "hello": exercise_hello,
     "notes": exercise_notes,
@@ -370,6 +400,8 @@ async def test_example(
         await exercise(module, aiorest_client)
     elif name == "errors":
         await exercise(module, await aiorest_client(module.app), caplog)
+    elif name == "behind_proxy":  # serves itself: the proxy setting is the server's
+        await exercise(module, None, caplog)
     else:
         await exercise(module, await aiorest_client(module.app))
 
