@@ -12,14 +12,18 @@ from .requestid import request_id
 from .response import JSONResponse, Response, StreamResponse
 from .routing import Handler, NoMatchFound, Route, Router
 from .server import Server, run
+from .typed import Body, Cookie, Header, Query
 
 __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "Body",
+    "Cookie",
     "Convertor",
     "ExceptionHandler",
     "Handler",
+    "Header",
     "Headers",
     "Hook",
     "JSONCodec",
@@ -29,6 +33,7 @@ __all__ = [
     "Middleware",
     "MultiDict",
     "NoMatchFound",
+    "Query",
     "Request",
     "Response",
     "Route",

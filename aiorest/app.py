@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .convertors import Convertor
 from .datastructures import State
-from .exceptions import ClientDisconnected, HTTPError
+from .exceptions import ClientDisconnected, HTTPError, HTTPUnprocessableEntity
 from .jsoncodec import JSONCodec, get_codec
 from .response import JSONResponse, Response, error_response, to_response
 from .routing import Handler, Route, RouteTable, _is_async, _RouteDecorators
+from .typed import TypedEndpoint
 
 if TYPE_CHECKING:
     from .limits import Limits
@@ -90,14 +91,32 @@ class App(_RouteDecorators):
         self._wrapped = False  # middleware or layers wrap the endpoints: routing errors go through them too
         self._started = False
         for route in routes:
-            self.add_route(route.method, route.path, route.handler, name=route.name)
+            self.add_route(
+                route.method, route.path, route.handler, name=route.name, status=route.status, headers=route.headers
+            )
 
     # -- registration ------------------------------------------------------------
 
-    def add_route(self, method: str, path: str, handler: Handler, *, name: str | None = None) -> None:
-        """Register ``handler`` for ``method`` on the path template ``path``."""
+    def add_route(
+        self,
+        method: str,
+        path: str,
+        handler: Handler,
+        *,
+        name: str | None = None,
+        status: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Register ``handler`` for ``method`` on the path template ``path``.
+
+        A typed handler's declarations are read and checked here (see :doc:`typed`):
+        one that cannot work raises TypeError naming the handler and the parameter.
+        ``status`` and ``headers``: those of the responses made of what it returns.
+        """
         self._check_not_started("add a route")
-        self.router.add(Route(method, path, handler, name))
+        route = Route(method, path, handler, name, status=status, headers=headers)
+        route.bind(self.router.convertors)
+        self.router.add(route)
 
     def add_middleware(self, middleware: Middleware) -> None:
         """Add a middleware inside those already added."""
@@ -163,8 +182,11 @@ class App(_RouteDecorators):
                 exc.add_note(f"raised in {step}")
             await self._leave()
             raise
+        answers_422 = self._find_exception_handler(HTTPUnprocessableEntity) is not None
         for route in self.router.routes():
-            route.endpoint = self._wrap(self._chain(route.handler), route.path, layers)
+            if isinstance(route.call, TypedEndpoint):
+                route.call.raise_errors = answers_422  # else it returns its 422, which costs less
+            route.endpoint = self._wrap(self._chain(route.call), route.path, layers)
         self._static_endpoints = {
             path: {method: route.endpoint for method, route in methods.items()}
             for path, methods in self.router.static_routes().items()

@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 from .convertors import DEFAULT_CONVERTORS, Convertor
+from .datastructures import _check_header
 from .exceptions import HTTPMethodNotAllowed, HTTPNotFound
+from .response import _checked_status
+from .typed import HandlerSignature, bind
 
 if TYPE_CHECKING:
     from .request import Request
@@ -40,13 +43,27 @@ class NoMatchFound(LookupError):
 class Route:
     """One handler for one method on one path template.
 
-    ``endpoint`` is the handler wrapped in the app's middleware; the App sets it
-    when it starts.
+    ``status`` and ``headers``: the status and the headers of the responses made
+    of what the handler returns (see :doc:`typed`), checked here. ``signature``:
+    what a typed handler declares (None for one that takes only the request),
+    and ``call`` what the app calls, the handler or its
+    :class:`~aiorest.typed.TypedEndpoint`; the App sets both when it registers
+    the route. ``endpoint`` is ``call`` wrapped in the app's middleware; the App
+    sets it when it starts.
     """
 
-    __slots__ = ("method", "path", "handler", "name", "endpoint")
+    __slots__ = ("method", "path", "handler", "name", "status", "headers", "signature", "call", "endpoint")
 
-    def __init__(self, method: str, path: str, handler: Handler, name: str | None = None) -> None:
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        handler: Handler,
+        name: str | None = None,
+        *,
+        status: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         method = method.upper()
         if not path.startswith("/"):
             raise ValueError(f"route path {path!r} must start with '/'")
@@ -55,11 +72,27 @@ class Route:
                 f"handler {_describe(handler)} for {method} {path} is not an async "
                 "function: aiorest awaits every handler, so define it with 'async def'"
             )
+        if status is not None:
+            status = _checked_status(status)
+        if headers:
+            for header, value in headers.items():
+                _check_header(header, value)
+                if header.lower() in ("content-length", "transfer-encoding", "content-type"):
+                    raise ValueError(f"route {method} {path}: the server sets {header}; do not declare it")
         self.method = method
         self.path = path
         self.handler = handler
         self.name = name
+        self.status = status
+        self.headers: Mapping[str, str] | None = MappingProxyType(dict(headers)) if headers else None
+        self.signature: HandlerSignature | None = None
+        self.call: Handler = handler
         self.endpoint: Handler = handler
+
+    def bind(self, convertors: Mapping[str, Convertor]) -> None:
+        """Read the handler's declarations (see :func:`aiorest.typed.bind`) with the app's converters."""
+        params = _compile(self.path, convertors).params
+        self.signature, self.call = bind(self.handler, self.method, self.path, params, self.status, self.headers)
 
     def __repr__(self) -> str:
         return f"Route({self.method!r}, {self.path!r}, {_describe(self.handler)}, name={self.name!r})"
@@ -79,11 +112,32 @@ def _describe(handler: object) -> str:
 class _RouteDecorators:
     """The decorator API shared by App and Router; subclasses implement ``add_route``."""
 
-    def add_route(self, method: str, path: str, handler: Handler, *, name: str | None = None) -> None:
+    def add_route(
+        self,
+        method: str,
+        path: str,
+        handler: Handler,
+        *,
+        name: str | None = None,
+        status: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         raise NotImplementedError
 
-    def route(self, path: str, methods: Iterable[str] = ("GET",), *, name: str | None = None) -> Callable[[_H], _H]:
-        """Register the decorated handler for ``path`` and every method in ``methods``."""
+    def route(
+        self,
+        path: str,
+        methods: Iterable[str] = ("GET",),
+        *,
+        name: str | None = None,
+        status: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Callable[[_H], _H]:
+        """Register the decorated handler for ``path`` and every method in ``methods``.
+
+        ``status`` and ``headers`` are those of the responses made of what the
+        handler returns (a model, a dict, a list, None); a Response it returns is sent as it is.
+        """
         if isinstance(methods, str):
             raise TypeError(f"methods must be a list of method names, e.g. [{methods!r}], not a string")
         methods = list(methods)
@@ -92,25 +146,35 @@ class _RouteDecorators:
 
         def decorator(handler: _H) -> _H:
             for method in methods:
-                self.add_route(method, path, handler, name=name)
+                self.add_route(method, path, handler, name=name, status=status, headers=headers)
             return handler
 
         return decorator
 
-    def get(self, path: str, *, name: str | None = None) -> Callable[[_H], _H]:
-        return self.route(path, ["GET"], name=name)
+    def get(
+        self, path: str, *, name: str | None = None, status: int | None = None, headers: Mapping[str, str] | None = None
+    ) -> Callable[[_H], _H]:
+        return self.route(path, ["GET"], name=name, status=status, headers=headers)
 
-    def post(self, path: str, *, name: str | None = None) -> Callable[[_H], _H]:
-        return self.route(path, ["POST"], name=name)
+    def post(
+        self, path: str, *, name: str | None = None, status: int | None = None, headers: Mapping[str, str] | None = None
+    ) -> Callable[[_H], _H]:
+        return self.route(path, ["POST"], name=name, status=status, headers=headers)
 
-    def put(self, path: str, *, name: str | None = None) -> Callable[[_H], _H]:
-        return self.route(path, ["PUT"], name=name)
+    def put(
+        self, path: str, *, name: str | None = None, status: int | None = None, headers: Mapping[str, str] | None = None
+    ) -> Callable[[_H], _H]:
+        return self.route(path, ["PUT"], name=name, status=status, headers=headers)
 
-    def patch(self, path: str, *, name: str | None = None) -> Callable[[_H], _H]:
-        return self.route(path, ["PATCH"], name=name)
+    def patch(
+        self, path: str, *, name: str | None = None, status: int | None = None, headers: Mapping[str, str] | None = None
+    ) -> Callable[[_H], _H]:
+        return self.route(path, ["PATCH"], name=name, status=status, headers=headers)
 
-    def delete(self, path: str, *, name: str | None = None) -> Callable[[_H], _H]:
-        return self.route(path, ["DELETE"], name=name)
+    def delete(
+        self, path: str, *, name: str | None = None, status: int | None = None, headers: Mapping[str, str] | None = None
+    ) -> Callable[[_H], _H]:
+        return self.route(path, ["DELETE"], name=name, status=status, headers=headers)
 
     def include(self, router: Router, prefix: str = "", *, name: str | None = None) -> None:
         """Add every route of ``router`` under ``prefix``.
@@ -124,7 +188,14 @@ class _RouteDecorators:
             route_name = route.name
             if name is not None:
                 route_name = f"{name}.{route_name or getattr(route.handler, '__name__', 'route')}"
-            self.add_route(route.method, prefix + route.path, route.handler, name=route_name)
+            self.add_route(
+                route.method,
+                prefix + route.path,
+                route.handler,
+                name=route_name,
+                status=route.status,
+                headers=route.headers,
+            )
 
 
 class Router(_RouteDecorators):
@@ -133,10 +204,21 @@ class Router(_RouteDecorators):
     def __init__(self, routes: Iterable[Route] = ()) -> None:
         self.routes: list[Route] = []
         for route in routes:
-            self.add_route(route.method, route.path, route.handler, name=route.name)
+            self.add_route(
+                route.method, route.path, route.handler, name=route.name, status=route.status, headers=route.headers
+            )
 
-    def add_route(self, method: str, path: str, handler: Handler, *, name: str | None = None) -> None:
-        self.routes.append(Route(method, path, handler, name))
+    def add_route(
+        self,
+        method: str,
+        path: str,
+        handler: Handler,
+        *,
+        name: str | None = None,
+        status: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.routes.append(Route(method, path, handler, name, status=status, headers=headers))
 
 
 @dataclass(slots=True)

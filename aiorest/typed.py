@@ -1,0 +1,653 @@
+"""Typed handlers: what a handler takes and returns, declared by its type hints.
+
+A handler's signature is read once, when its route is registered in an App:
+each parameter besides the request gets its source (path, query, header,
+cookie or body), its name on the wire and a checked type, and the return
+annotation may name a response model. A handler that takes only the request,
+returns no model and whose route declares no status or headers is called as it
+is: it pays nothing. Any other is wrapped in a :class:`TypedEndpoint`, which
+binds the parameters from the request, validates them with msgspec (decoders
+built at registration) and encodes the result.
+
+What was declared stays on the route as a :class:`HandlerSignature`, in a
+structured form (for documents such as OpenAPI).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import decimal
+import enum
+import functools
+import inspect
+import operator
+import types
+import typing
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+
+from .convertors import Convertor, FloatConvertor, IntConvertor, PathConvertor, StringConvertor, UUIDConvertor
+from .datastructures import Headers
+from .exceptions import HTTPBadRequest, HTTPUnprocessableEntity, HTTPUnsupportedMediaType
+from .request import Request
+from .response import Response, to_response
+
+try:
+    import msgspec
+except ImportError:  # an optional dependency: typed handlers say so when registered
+    msgspec = None  # type: ignore[assignment]
+
+__all__ = [
+    "Query",
+    "Header",
+    "Cookie",
+    "Body",
+    "Parameter",
+    "HandlerSignature",
+    "TypedEndpoint",
+    "bind",
+    "VALIDATION_MESSAGE",
+]
+
+#: The ``message`` of a 422 answer; ``details`` lists the problems.
+VALIDATION_MESSAGE = "the request is not valid"
+
+Source = Literal["path", "query", "header", "cookie", "body"]
+
+
+# -- markers -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Marker:
+    alias: str | None = None
+    source: ClassVar[Source]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Query(_Marker):
+    """``Annotated[int, Query("page-size")]``: a query parameter read under another key.
+
+    A parameter without a marker that is not a path parameter is a query
+    parameter under its own name already. On a Struct, dataclass or TypedDict,
+    ``Query()`` gathers the query parameters into it, one per field.
+    """
+
+    source: ClassVar[Source] = "query"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Header(_Marker):
+    """``Annotated[str, Header()]``: a request header, by default the parameter's name
+    with ``_`` written ``-`` (``x_token`` reads ``X-Token``); ``alias`` names it."""
+
+    source: ClassVar[Source] = "header"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Cookie(_Marker):
+    """``Annotated[str | None, Cookie("session")]``: a cookie, by default under the parameter's name."""
+
+    source: ClassVar[Source] = "cookie"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Body(_Marker):
+    """``Annotated[list[Item], Body()]``: the JSON body, when its type is not a Struct,
+    dataclass or TypedDict (which are the body without a marker)."""
+
+    source: ClassVar[Source] = "body"
+
+
+# -- what was declared ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Parameter:
+    """One declared input of a typed handler.
+
+    ``name`` is the handler's parameter; ``key`` its name on the wire (the path
+    parameter, query key, header name in lower case, cookie name; ``""`` for the
+    body). ``annotation`` is the declared type, ``Annotated`` constraints kept.
+    ``default`` is meaningful only when ``required`` is False. ``fields``: for
+    query parameters gathered into one Struct, dataclass or TypedDict, one
+    Parameter a field (``name`` is then the field's name).
+    """
+
+    name: str
+    source: Source
+    key: str
+    annotation: Any
+    required: bool = True
+    default: Any = None
+    fields: tuple[Parameter, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HandlerSignature:
+    """What a typed handler declares, read once at registration.
+
+    ``request``: the name it takes the request under (None if it does not).
+    ``returns``: the response model (the return annotation when it names one),
+    else None. ``status`` and ``headers``: declared on the route.
+    """
+
+    handler: Any
+    parameters: tuple[Parameter, ...]
+    request: str | None
+    returns: Any
+    status: int | None
+    headers: Mapping[str, str]
+
+
+# -- registration ----------------------------------------------------------------------
+
+_CONVERTOR_TYPES: dict[type, type] = {
+    StringConvertor: str,
+    PathConvertor: str,
+    IntConvertor: int,
+    FloatConvertor: float,
+    UUIDConvertor: uuid.UUID,
+}
+_SCALARS = frozenset(
+    {str, int, float, bool, uuid.UUID, decimal.Decimal, datetime.datetime, datetime.date, datetime.time}
+)
+_SEQUENCES = frozenset({list, tuple, set, frozenset})
+_NO_HEADERS: Mapping[str, str] = types.MappingProxyType({})
+
+
+class _Declared(TypeError):
+    """A declaration that cannot work; ``bind`` names the handler in the message."""
+
+
+def bind(
+    handler: Callable[..., Any],
+    method: str,
+    path: str,
+    path_params: Sequence[tuple[str, Convertor]],
+    status: int | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> tuple[HandlerSignature | None, Callable[[Request], Any]]:
+    """Read ``handler``'s declarations for the route ``method path``.
+
+    Returns ``(None, handler)`` for a handler that takes only the request,
+    returns no model, on a route with no declared status or headers: it is
+    called as it is. Otherwise the signature and the :class:`TypedEndpoint` to
+    call instead. A declaration that cannot work raises TypeError naming the
+    handler and the parameter. ``status`` and ``headers`` were checked by the Route.
+    """
+    checked_headers: Mapping[str, str] = headers or _NO_HEADERS
+    where = f"handler {_describe(handler)} of {method} {path}"
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{where}: cannot read its signature: {exc}") from None
+    params = list(signature.parameters.values())
+    plain_call = (
+        len(params) == 1
+        and params[0].kind in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD)
+        and status is None
+        and not checked_headers
+    )
+    if plain_call and params[0].annotation is params[0].empty and signature.return_annotation is signature.empty:
+        return None, handler  # the common untyped handler: not even its annotations are resolved
+    try:
+        hints = typing.get_type_hints(_hinted(handler), include_extras=True)
+    except Exception as exc:
+        if plain_call and (params[0].name == "request" or "Request" in str(params[0].annotation)):
+            return None, handler  # annotations it cannot resolve: called as before typed handlers
+        raise TypeError(f"{where}: cannot resolve its annotations: {exc!r}") from None
+    returns = hints.get("return")
+    if plain_call and _is_request(params[0], hints, only=True) and not _names_model(returns):
+        return None, handler
+    try:
+        declared = _read(handler, params, hints, dict(path_params), returns, status, checked_headers)
+        return declared, TypedEndpoint(declared)
+    except _Declared as exc:
+        raise TypeError(f"{where}: {exc}") from None
+
+
+def _describe(handler: object) -> str:
+    return repr(getattr(handler, "__qualname__", None) or type(handler).__qualname__)
+
+
+def _hinted(handler: Callable[..., Any]) -> Any:
+    if inspect.isfunction(handler) or inspect.ismethod(handler):
+        return handler
+    return type(handler).__call__  # an instance with ``async def __call__``
+
+
+def _is_request(param: inspect.Parameter, hints: Mapping[str, Any], only: bool) -> bool:
+    hint = hints.get(param.name)
+    if isinstance(hint, type) and issubclass(hint, Request):
+        return True
+    if _marker(hint) is not None:
+        return False
+    return param.name == "request" or (only and (hint is None or hint is Any))
+
+
+def _read(
+    handler: Any,
+    params: list[inspect.Parameter],
+    hints: Mapping[str, Any],
+    path_params: Mapping[str, Convertor],
+    returns: Any,
+    status: int | None,
+    headers: Mapping[str, str],
+) -> HandlerSignature:
+    _require_msgspec()
+    request_name = None
+    declared: list[Parameter] = []
+    for param in params:
+        if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            raise _Declared(f"parameter {param.name!r}: a typed handler takes named parameters only, not {param.kind}")
+        if request_name is None and _is_request(param, hints, only=len(params) == 1):
+            request_name = param.name
+            continue
+        declared.append(_parameter(param, hints.get(param.name), path_params))
+    bodies = [p.name for p in declared if p.source == "body"]
+    if len(bodies) > 1:
+        raise _Declared(f"parameters {bodies[0]!r} and {bodies[1]!r} both read the body; a handler has one body")
+    model = None
+    if _names_model(returns):
+        model = _without_responses(returns)
+        _check_schema(model, "the return annotation")
+    return HandlerSignature(handler, tuple(declared), request_name, model, status, headers)
+
+
+def _parameter(param: inspect.Parameter, hint: Any, path_params: Mapping[str, Convertor]) -> Parameter:
+    name = param.name
+    required = param.default is param.empty
+    default = None if required else param.default
+    marker = _marker(hint)
+    what = f"parameter {name!r}"
+    if marker is None and name in path_params:
+        if not required:
+            raise _Declared(f"{what} is a path parameter: it cannot have a default")
+        if hint is not None:
+            _check_path_type(what, hint, path_params[name])
+        return Parameter(name, "path", name, hint, True, None)
+    if hint is None:
+        raise _Declared(
+            f"{what} has no annotation and matches no path parameter of the route: annotate it "
+            f"(a query parameter: '{name}: int = 10'), or name it after a path parameter"
+        )
+    base = _strip(hint)
+    args = _union_args(base)
+    if args is not None and len(args) == 2 and type(None) in args:
+        base = _strip(args[0] if args[1] is type(None) else args[1])  # Optional: its type says the source
+    if isinstance(marker, Body) or (marker is None and _is_model_class(base)):
+        _check_schema(hint, what)
+        return Parameter(name, "body", "", hint, required, default)
+    source: Source = "query" if marker is None else marker.source
+    if source == "query" and _is_model_class(base):
+        return Parameter(name, "query", "", hint, required, default, _gathered_fields(what, base))
+    key = name
+    if marker is not None and marker.alias:
+        key = marker.alias
+    elif source == "header":
+        key = name.replace("_", "-")
+    if source == "header":
+        key = key.lower()
+    _check_scalar(what, hint, many_allowed=source != "cookie")
+    return Parameter(name, source, key, hint, required, default)
+
+
+def _marker(hint: Any) -> _Marker | None:
+    if get_origin(hint) is Annotated:
+        for extra in hint.__metadata__:
+            if isinstance(extra, _Marker):
+                return extra
+    return None
+
+
+def _strip(hint: Any) -> Any:
+    """The type without its ``Annotated`` metadata."""
+    while get_origin(hint) is Annotated:
+        hint = get_args(hint)[0]
+    return hint
+
+
+def _is_model_class(tp: Any) -> bool:
+    """A Struct, dataclass, TypedDict or NamedTuple: an object, not a value."""
+    if not isinstance(tp, type):
+        return False
+    if dataclasses.is_dataclass(tp) or typing.is_typeddict(tp):
+        return True
+    if issubclass(tp, tuple) and hasattr(tp, "_fields"):
+        return True
+    return any(cls.__name__ == "Struct" and cls.__module__.startswith("msgspec") for cls in tp.__mro__)
+
+
+def _names_model(annotation: Any) -> bool:
+    """Whether a return annotation names a response model (somewhere inside it)."""
+    if annotation is None:
+        return False
+    tp = _strip(annotation)
+    if _is_model_class(tp):
+        return True
+    return any(_names_model(arg) for arg in get_args(tp) if not isinstance(arg, (str, int, float, bool, bytes)))
+
+
+def _without_responses(annotation: Any) -> Any:
+    """``Model | Response`` is ``Model``: a Response returned is sent as it is."""
+    args = _union_args(_strip(annotation))
+    if args is None:
+        return annotation
+    kept = [arg for arg in args if not (isinstance(arg, type) and issubclass(arg, Response))]
+    return functools.reduce(operator.or_, kept)
+
+
+def _union_args(tp: Any) -> tuple[Any, ...] | None:
+    if get_origin(tp) in (Union, types.UnionType):
+        return get_args(tp)
+    return None
+
+
+def _is_scalar(tp: Any) -> bool:
+    tp = _strip(tp)
+    args = _union_args(tp)
+    if args is not None:
+        return all(arg is type(None) or _is_scalar(arg) for arg in args)
+    if get_origin(tp) is Literal:
+        return True
+    return tp in _SCALARS or (isinstance(tp, type) and issubclass(tp, enum.Enum))
+
+
+def _sequence_item(tp: Any) -> Any | None:
+    """The item type of ``list[X]`` (also tuple[X, ...], set, frozenset), maybe Optional."""
+    tp = _strip(tp)
+    args = _union_args(tp)
+    if args is not None:
+        others = [arg for arg in args if arg is not type(None)]
+        return _sequence_item(others[0]) if len(others) == 1 else None
+    origin = get_origin(tp)
+    if origin not in _SEQUENCES:
+        return None
+    items = get_args(tp)
+    if origin is tuple:
+        return items[0] if len(items) == 2 and items[1] is Ellipsis else None
+    return items[0] if items else None
+
+
+def _check_scalar(what: str, hint: Any, many_allowed: bool) -> None:
+    if _is_scalar(hint):
+        return
+    item = _sequence_item(hint)
+    if item is not None and _is_scalar(item) and many_allowed:
+        return
+    kinds = "a str, int, float, bool, UUID, Decimal, date/time, Enum or Literal"
+    if many_allowed:
+        kinds += " (or a list of them, for repeated keys)"
+    raise _Declared(
+        f"{what}: unsupported annotation {hint!r}: it must be {kinds}; "
+        "a Struct, dataclass or TypedDict is the JSON body, Annotated[..., Body()] marks another body type"
+    )
+
+
+def _check_path_type(what: str, hint: Any, convertor: Convertor) -> None:
+    expected = _CONVERTOR_TYPES.get(type(convertor))
+    if expected is None:  # a custom converter: its convert's return annotation, if it has one
+        try:
+            expected = typing.get_type_hints(type(convertor).convert).get("return")
+        except Exception:
+            expected = None
+        if expected is None or expected is Any:
+            return
+    if _strip(hint) is not expected:
+        raise _Declared(
+            f"{what} is annotated {hint!r}, but its path converter gives {getattr(expected, '__name__', expected)}: "
+            "make them agree"
+        )
+
+
+def _gathered_fields(what: str, cls: type) -> tuple[Parameter, ...]:
+    """The fields of a Struct, dataclass or TypedDict that gathers query parameters."""
+    fields: list[Parameter] = []
+    info = msgspec.inspect.type_info(cls)
+    if not isinstance(info, (msgspec.inspect.StructType, msgspec.inspect.DataclassType, msgspec.inspect.TypedDictType)):
+        raise _Declared(f"{what}: query parameters gather into a Struct, a dataclass or a TypedDict, not {cls!r}")
+    hints = typing.get_type_hints(cls, include_extras=True)
+    for field in info.fields:
+        hint = hints[field.name]
+        _check_scalar(f"{what}, field {field.name!r}", hint, many_allowed=True)
+        default = None if field.default is msgspec.NODEFAULT else field.default
+        fields.append(Parameter(field.name, "query", field.encode_name, hint, field.required, default))
+    return tuple(fields)
+
+
+def _check_schema(hint: Any, what: str) -> None:
+    """msgspec must be able to decode or encode the type, and to describe it as JSON Schema."""
+    try:
+        msgspec.json.schema(hint)
+    except (TypeError, ValueError, NameError) as exc:
+        first_line = str(exc).splitlines()[-1] if str(exc) else type(exc).__name__
+        raise _Declared(f"{what}: unsupported annotation {hint!r}: {first_line}") from None
+
+
+def _require_msgspec() -> None:
+    if msgspec is None:
+        raise _Declared(
+            "typed handlers (typed parameters, a response model, a declared status or headers) need msgspec: "
+            "pip install 'aiorest[typed]'"
+        )
+
+
+# -- per request ------------------------------------------------------------------------
+
+# One scalar to bind: (argument name, key, type to convert to or None to pass the
+# text as it is, many values (repeated keys), required, location prefix).
+_Spec = tuple[str, str, Any, bool, bool, str]
+_JSON = "application/json"
+
+
+def _spec(param: Parameter, prefix: str) -> _Spec:
+    many = _sequence_item(param.annotation) is not None
+    tp = param.annotation
+    if tp is str or (many and tp in (list[str],)):
+        tp = None  # the text itself: nothing to convert or check
+    return (param.name, param.key, tp, many, param.required, f"{prefix}{param.key}")
+
+
+class TypedEndpoint:
+    """A typed handler bound to its route: binds, validates, calls, encodes.
+
+    Every invalid input (path, query, header, cookie; the body's first problem,
+    which is all msgspec reports) is collected into one 422 answer. It is
+    returned as a Response, which costs far less than raising, unless the app
+    has an exception handler for it: then ``raise_errors`` is set at startup and
+    an :class:`~aiorest.HTTPUnprocessableEntity` is raised instead.
+    """
+
+    __slots__ = (
+        "signature",
+        "handler",
+        "raise_errors",
+        "_request",
+        "_path",
+        "_query",
+        "_gathered",
+        "_headers",
+        "_cookies",
+        "_body",
+        "_body_required",
+        "_decoder",
+        "_encoder",
+        "_status",
+        "_empty_status",
+        "_response_headers",
+        "_plain_result",
+    )
+
+    def __init__(self, signature: HandlerSignature) -> None:
+        self.signature = signature
+        self.handler = signature.handler
+        self.raise_errors = False
+        self._request = signature.request
+        path: list[tuple[str, str, Any]] = []
+        query: list[_Spec] = []
+        gathered: list[tuple[str, Any, tuple[_Spec, ...], bool]] = []
+        headers: list[_Spec] = []
+        cookies: list[_Spec] = []
+        self._body: str | None = None
+        self._body_required = True
+        self._decoder: msgspec.json.Decoder[Any] | None = None
+        for param in signature.parameters:
+            if param.source == "path":
+                # Checked only when it says more than the converter: constraints.
+                check = param.annotation if get_origin(param.annotation) is Annotated else None
+                path.append((param.name, param.key, check))
+            elif param.source == "body":
+                self._body = param.name
+                self._body_required = param.required
+                self._decoder = msgspec.json.Decoder(param.annotation)
+            elif param.fields:
+                specs = tuple(_spec(field, "query.") for field in param.fields)
+                gathered.append((param.name, _strip(param.annotation), specs, param.required))
+            else:
+                {"query": query, "header": headers, "cookie": cookies}[param.source].append(
+                    _spec(param, f"{param.source}.")
+                )
+        self._path = tuple(path)
+        self._query = tuple(query)
+        self._gathered = tuple(gathered)
+        self._headers = tuple(headers)
+        self._cookies = tuple(cookies)
+        self._encoder = msgspec.json.Encoder() if signature.returns is not None else None
+        self._status = signature.status or 200
+        self._empty_status = signature.status or 204
+        self._response_headers = list(Headers(signature.headers)._list) if signature.headers else None
+        # Nothing to do to the result: the server turns it into a response as usual.
+        self._plain_result = self._encoder is None and signature.status is None and not signature.headers
+
+    async def __call__(self, request: Request) -> Any:
+        kwargs: dict[str, Any] = {}
+        if self._request is not None:
+            kwargs[self._request] = request
+        errors: list[dict[str, str]] | None = None
+        if self._body is not None:
+            errors = await self._read_body(request, kwargs)
+        if self._path:
+            errors = self._bind_path(request, kwargs, errors)
+        if self._query:
+            errors = _bind(request.query, self._query, kwargs, errors)
+        for name, cls, specs, required in self._gathered:
+            values: dict[str, Any] = {}
+            errors = _bind(request.query, specs, values, errors)
+            if values or required:
+                kwargs[name] = cls(**values)
+        if self._headers:
+            errors = _bind(request.headers, self._headers, kwargs, errors)
+        if self._cookies:
+            errors = _bind(request.cookies, self._cookies, kwargs, errors)
+        if errors is not None:
+            if self.raise_errors:
+                raise HTTPUnprocessableEntity(VALIDATION_MESSAGE, details=errors)
+            return Response(_ERRORS_ENCODE(_error_body(errors)), 422, None, _JSON)
+        result = await self.handler(**kwargs)
+        if self._plain_result or isinstance(result, Response):
+            return result
+        if self._encoder is not None and result is not None:
+            response = Response(self._encoder.encode(result), self._status, None, _JSON)
+        else:
+            response = to_response(result)  # a dict or a list: JSON; None: no content
+            response._status = self._status if result is not None else self._empty_status
+        if self._response_headers is not None:
+            response_headers = Headers.__new__(Headers)
+            response_headers._list = list(self._response_headers)
+            response._headers = response_headers
+        return response
+
+    async def _read_body(self, request: Request, kwargs: dict[str, Any]) -> list[dict[str, str]] | None:
+
+        content_type = request.content_type
+        if content_type and content_type != _JSON and not content_type.endswith("+json"):
+            if not self._body_required and not await request.read():
+                return None  # an optional body left out (some clients still send a type)
+            raise HTTPUnsupportedMediaType(f"expected a JSON body (application/json), got {content_type}")
+        body = await request.read()
+        if not body:
+            if self._body_required:
+                raise HTTPBadRequest("request body is empty; expected JSON")
+            return None  # the parameter's default
+        assert self._decoder is not None and self._body is not None
+        try:
+            kwargs[self._body] = self._decoder.decode(body)
+        except msgspec.ValidationError as exc:
+            return [_problem("body", str(exc))]
+        except msgspec.DecodeError as exc:
+            raise HTTPBadRequest(f"request body is not valid JSON: {exc}") from None
+        return None
+
+    def _bind_path(
+        self, request: Request, kwargs: dict[str, Any], errors: list[dict[str, str]] | None
+    ) -> list[dict[str, str]] | None:
+
+        params = request.path_params
+        for name, key, check in self._path:
+            value = params[key]
+            if check is not None:
+                try:
+                    value = msgspec.convert(value, check)
+                except msgspec.ValidationError as exc:
+                    errors = _add(errors, _problem(f"path.{key}", str(exc)))
+                    continue
+            kwargs[name] = value
+        return errors
+
+
+def _bind(
+    source: Any, specs: tuple[_Spec, ...], out: dict[str, Any], errors: list[dict[str, str]] | None
+) -> list[dict[str, str]] | None:
+    """Take each spec's value out of ``source`` (a MultiDict, Headers or dict) into ``out``."""
+    for name, key, tp, many, required, location in specs:
+        if many:
+            value: Any = source.getall(key)
+            if not value:
+                value = None
+        else:
+            value = source.get(key)
+        if value is None:
+            if required:
+                errors = _add(errors, {"location": location, "message": "required"})
+            continue  # the default applies
+        if tp is not None:
+            try:
+                value = msgspec.convert(value, tp, strict=False)
+            except msgspec.ValidationError as exc:
+                errors = _add(errors, _problem(location, str(exc)))
+                continue
+        out[name] = value
+    return errors
+
+
+def _add(errors: list[dict[str, str]] | None, problem: dict[str, str]) -> list[dict[str, str]]:
+    if errors is None:
+        return [problem]
+    errors.append(problem)
+    return errors
+
+
+def _problem(location: str, message: str) -> dict[str, str]:
+    """A msgspec error as a problem: its ``- at `$.a[0].b``` suffix goes into the location."""
+    message, at, path = message.partition(" - at `$")
+    if at:
+        location += path[:-1]  # ".a[0].b" or "[0]", without the closing backquote
+    if message.startswith("Object missing required field `"):
+        location += "." + message[31:-1]
+    return {"location": location, "message": message}
+
+
+def _error_body(errors: list[dict[str, str]]) -> dict[str, Any]:
+    return {"error": {"status": 422, "message": VALIDATION_MESSAGE, "details": errors}}
+
+
+def _encode_errors(value: Any) -> bytes:
+    global _ERRORS_ENCODE
+    _ERRORS_ENCODE = msgspec.json.Encoder().encode  # bound once, on the first 422
+    return _ERRORS_ENCODE(value)
+
+
+_ERRORS_ENCODE: Callable[[Any], bytes] = _encode_errors
