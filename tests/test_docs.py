@@ -363,6 +363,47 @@ async def exercise_behind_proxy(module: ModuleType, client: Any, caplog: pytest.
         await server.stop(timeout=2)
 
 
+async def exercise_typed_orders(module: ModuleType, client: Any) -> None:
+    order = {"customer": "Ada", "lines": [{"sku": "TEA-1", "quantity": 2}, {"sku": "CUP-7"}]}
+    async with client.post("/orders", json=order) as response:
+        assert response.status == 201
+        assert response.headers["Cache-Control"] == "no-store"
+        assert await response.json() == {
+            "id": 1,
+            "customer": "Ada",
+            "lines": [{"sku": "TEA-1", "quantity": 2}, {"sku": "CUP-7", "quantity": 1}],
+            "status": "open",
+        }
+    bad = {"customer": "", "lines": [{"sku": "TEA-1", "quantity": 100}]}
+    async with client.post("/orders", json=bad) as response:
+        assert response.status == 422
+        assert await response.json() == {
+            "error": {
+                "status": 422,
+                "message": "the request is not valid",
+                "details": [{"location": "body.customer", "message": "Expected `str` of length >= 1"}],
+            }
+        }
+    async with client.get("/orders/1") as response:
+        assert (await response.json())["customer"] == "Ada"
+    async with client.get("/orders/2") as response:
+        assert response.status == 404
+    async with client.get("/orders/0") as response:
+        assert (await response.json())["error"]["details"] == [
+            {"location": "path.order_id", "message": "Expected `int` >= 1"}
+        ]
+    async with client.get("/orders?ids=1&ids=5&status=open") as response:
+        assert [found["id"] for found in await response.json()] == [1]
+    async with client.get("/orders?status=lost&limit=0") as response:
+        assert response.status == 422
+        assert [problem["location"] for problem in (await response.json())["error"]["details"]] == [
+            "query.status",
+            "query.limit",
+        ]
+    async with client.get("/customers?limit=1", headers={"Cookie": "session=s"}) as response:
+        assert await response.json() == {"customers": ["Ada"], "signed_in": True, "self": "/customers"}
+
+
 EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "behind_proxy": exercise_behind_proxy,
     "inventory": exercise_inventory,
@@ -377,6 +418,7 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "lifecycle": exercise_lifecycle,
     "limits": exercise_limits,
     "test_ping": exercise_test_ping,
+    "typed_orders": exercise_typed_orders,
 }
 
 
