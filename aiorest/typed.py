@@ -111,7 +111,8 @@ class Parameter:
     ``name`` is the handler's parameter; ``key`` its name on the wire (the path
     parameter, query key, header name in lower case, cookie name; ``""`` for the
     body). ``annotation`` is the declared type, ``Annotated`` constraints kept.
-    ``default`` is meaningful only when ``required`` is False. ``fields``: for
+    ``default`` is meaningful only when ``required`` is False. The marker
+    (:class:`Header`, ...) is left out of ``annotation``: ``source`` says it. ``fields``: for
     query parameters gathered into one Struct, dataclass or TypedDict, one
     Parameter a field (``name`` is then the field's name).
     """
@@ -262,6 +263,8 @@ def _parameter(param: inspect.Parameter, hint: Any, path_params: Mapping[str, Co
     required = param.default is param.empty
     default = None if required else param.default
     marker = _marker(hint)
+    if marker is not None:
+        hint = _without_marker(hint)
     what = f"parameter {name!r}"
     if marker is None and name in path_params:
         if not required:
@@ -301,6 +304,12 @@ def _marker(hint: Any) -> _Marker | None:
             if isinstance(extra, _Marker):
                 return extra
     return None
+
+
+def _without_marker(hint: Any) -> Any:
+    """``Annotated[int, Header(), Meta(ge=1)]`` is ``Annotated[int, Meta(ge=1)]``: the source is said elsewhere."""
+    kept = tuple(extra for extra in hint.__metadata__ if not isinstance(extra, _Marker))
+    return Annotated[(hint.__origin__, *kept)] if kept else hint.__origin__
 
 
 def _strip(hint: Any) -> Any:

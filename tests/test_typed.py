@@ -90,7 +90,7 @@ def typed_app() -> App:
     async def who(
         x_token: Annotated[str, Header()],
         agent: Annotated[str | None, Header("User-Agent")] = None,
-        retries: Annotated[int, Header("X-Retries")] = 0,
+        retries: Annotated[int, Header("X-Retries"), Meta(ge=0)] = 0,
         session: Annotated[str | None, Cookie("session")] = None,
         theme: Annotated[str, Cookie()] = "light",
     ) -> dict[str, Any]:
@@ -246,6 +246,8 @@ async def test_headers_and_cookies(aiorest_client):
             {"location": "header.x-token", "message": "required"},
             {"location": "header.x-retries", "message": "Expected `int`, got `str`"},
         ]
+    async with client.get("/who", headers={"X-Token": "t", "X-Retries": "-1"}) as response:
+        assert await problems(response) == [{"location": "header.x-retries", "message": "Expected `int` >= 0"}]
 
 
 async def test_path_parameters_by_route_name_with_constraints(aiorest_client):
@@ -367,13 +369,16 @@ def test_the_signature_keeps_what_openapi_needs():
     )
     who = routes["GET", "/who"].signature
     assert who is not None
-    assert [(p.source, p.key) for p in who.parameters] == [
-        ("header", "x-token"),
-        ("header", "user-agent"),
-        ("header", "x-retries"),
-        ("cookie", "session"),
-        ("cookie", "theme"),
+    assert [(p.source, p.key, p.annotation) for p in who.parameters] == [
+        ("header", "x-token", str),
+        ("header", "user-agent", str | None),
+        ("header", "x-retries", Annotated[int, Meta(ge=0)]),
+        ("cookie", "session", str | None),
+        ("cookie", "theme", str),
     ]
+    search = routes["GET", "/search"].signature
+    assert search is not None
+    assert search.parameters[1].annotation == Annotated[int, Meta(ge=1, le=100)]
     page = routes["GET", "/page"].signature
     assert page is not None and page.request == "request"
     assert [(f.key, f.required, f.default) for f in page.parameters[0].fields] == [
