@@ -281,7 +281,7 @@ class _Measured:
             counter.inc(count)
         # Histogram.observe's work for many observations at once: its values per bucket (not cumulative)
         histogram = self.duration
-        for value, count in zip(histogram._buckets, buckets):
+        for value, count in zip(histogram._buckets, buckets, strict=True):
             if count:
                 value.inc(count)
         histogram._sum.inc(total)
