@@ -1,20 +1,28 @@
 """The access log: one line per answered request, written by a thread so that the loop never waits.
 
-The loop's share is small and never blocks: when a request is answered it
-puts a tuple of what it knows (the time, the client, the request line, status,
-body bytes, duration, route template, request id, the raw headers) in a
-bounded queue; when the queue is full the record is dropped and counted, and
-a warning says how many were dropped, at most once every ten seconds. A
-writer thread wakes when records wait, lets those of the next 10 ms gather
-(waking it once per record cost more than formatting the line: /json served
-0.56 times the requests/s with the log on, 0.72-0.75 with batches), formats
-them — in the combined format, or as JSON lines — and writes them: one
-write(2) for as many whole lines as fit in PIPE_BUF, never split by another
-worker's.
+When a request is answered the loop keeps a tuple of what it knows (the time,
+the client, the request line, status, body bytes, duration, route template,
+request id, the raw headers). Every 10 ms a timer of the loop formats those
+gathered meanwhile — in the combined format, or as JSON lines — into chunks
+of whole lines of at most PIPE_BUF bytes, and hands them to a writer thread,
+which only writes them: one write(2) a chunk, never split by another
+worker's, with the GIL released while the kernel writes.
+
+The formatting is the loop's on purpose. A writer thread that formatted the
+lines held the GIL for as long, and the two threads handed the GIL to each
+other hundreds of times a second (a context switch each, on a server pinned
+to one CPU): /json served 0.61 times the requests/s with the log on, for
+about 1.2 µs of formatting a line. See docs/deployment/observe.inc for the
+figures now.
+
+At most ``queue_size`` records wait (gathered, or formatted and not yet
+written); past that a record is dropped and counted, and a warning says how
+many were dropped, at most once every ten seconds. The loop never blocks on
+the log: only the writer waits for a slow disk or a reader that does not read.
 
 It does not go through ``logging``: a LogRecord, a handler's lock and a flush
-per line would cost the loop (or, under the GIL, the process) several times
-what this costs, for a log that has a fixed shape anyway.
+per line would cost the loop several times what this costs, for a log that
+has a fixed shape anyway.
 
 Every value a client sent is escaped (combined: ``"``, ``\\``, control and
 non-ASCII bytes as ``\\xHH``, as nginx does; JSON: the encoder's escapes), so
@@ -23,6 +31,7 @@ that no client can end a line or a field early and forge another.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -45,7 +54,7 @@ logger = logging.getLogger("aiorest.access")
 
 FORMATS = ("combined", "json")
 _REPORT_EVERY = 10.0  # seconds between two warnings about dropped records
-_GATHER = 0.01  # seconds the writer lets records gather before it takes them (10,000 at 1M/s)
+_GATHER = 0.01  # seconds the loop lets records gather before it formats them
 _PIPE_BUF = select.PIPE_BUF  # a write to a pipe at most this long is atomic
 _STOP = None
 
@@ -87,11 +96,25 @@ class AccessLog:
         self.dropped = 0
         self._reported = 0  # drops already reported
         self._report_at = 0.0
-        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._line = _json_line if format == "json" else _combined_line
+        # On the loop: the records gathered, and how many more may be (see _hand_off).
+        self._records: list[tuple[Any, ...]] = []
+        self._room = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        # Records handed to the writer (counted by the loop) and written (by the writer): each
+        # count is changed by one thread only, so that no update is lost between the two.
+        self._handed = 0
+        self._written = 0
+        self._chunks: queue.SimpleQueue[tuple[list[bytes], int] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Open the target and start the writer thread."""
+        """Open the target and start the writer thread.
+
+        Called on the serving loop's thread, the records gather and are formatted every
+        10 ms there; without a running loop, each is formatted and handed off at once.
+        """
         if self._thread is not None:
             return
         fd: int | None
@@ -102,23 +125,34 @@ class AccessLog:
                 fd = None
         else:
             fd = os.open(self.target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
         # The writer owns its queue and its file: one left behind by stop() cannot take a later one's.
-        self._queue = queue.SimpleQueue()
+        self._chunks = queue.SimpleQueue()
+        self._handed = self._written = 0
+        self._room = self.queue_size
         self._thread = threading.Thread(
-            target=self._write_lines, args=(self._queue, fd), name="aiorest-access-log", daemon=True
+            target=self._write_chunks, args=(self._chunks, fd), name="aiorest-access-log", daemon=True
         )
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Write what is queued, end the writer (it closes the file); report drops not yet reported.
+        """Write what is gathered and queued, end the writer (it closes the file); report drops not yet reported.
 
         Waits at most ``timeout`` seconds: a writer blocked by a reader that does not read
         (a full pipe) is left to finish by itself, and an error says so.
         """
-        thread, self._thread = self._thread, None
+        thread = self._thread
         if thread is None:
             return
-        self._queue.put(_STOP)  # past the bound, by one: the writer must see it
+        self._hand_off()
+        self._thread = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._chunks.put(_STOP)
         thread.join(timeout)
         if thread.is_alive():
             logger.error(
@@ -126,21 +160,21 @@ class AccessLog:
                 "it goes on by itself, and what it has not written when the process exits is lost",
                 self.target,
                 timeout,
-                self._queue.qsize(),
+                self._handed - self._written,
             )
         self._report()
 
     # -- on the loop -----------------------------------------------------------------
 
     def log(self, request: Request, status: int, sent: int) -> None:
-        """Queue the record of ``request``, answered with ``status`` and ``sent`` body bytes."""
-        records = self._queue
-        if records.qsize() >= self.queue_size or self._thread is None:
+        """Keep the record of ``request``, answered with ``status`` and ``sent`` body bytes."""
+        records = self._records
+        if len(records) >= self._room or self._thread is None:
             self.dropped += 1
             if _monotonic() >= self._report_at:
                 self._report()
             return
-        records.put(
+        records.append(
             (
                 _time(),
                 request.client,
@@ -156,10 +190,38 @@ class AccessLog:
                 request._raw_headers,
             )
         )
+        if self._timer is None:
+            if self._loop is None:
+                self._hand_off()
+            else:
+                self._timer = self._loop.call_later(_GATHER, self._hand_off)
 
     def log_message(self, request: Request, message: bytes) -> None:
-        """Queue the record of ``request``, answered with ``message``: a whole response, head and body."""
+        """Keep the record of ``request``, answered with ``message``: a whole response, head and body."""
         self.log(request, int(message[9:12]), len(message) - message.find(b"\r\n\r\n") - 4)
+
+    def _hand_off(self) -> None:
+        """Format the records gathered into chunks of whole lines, at most PIPE_BUF bytes each
+        (unless one line is longer), and queue them for the writer."""
+        self._timer = None
+        records = self._records
+        if records:
+            self._records = []
+            line = self._line
+            chunks: list[bytes] = []
+            chunk: list[str] = []
+            size = 0
+            for record in records:
+                text = line(record)
+                if chunk and size + len(text) > _PIPE_BUF:  # the write would no longer be atomic
+                    chunks.append("".join(chunk).encode("ascii"))
+                    chunk, size = [], 0
+                chunk.append(text)
+                size += len(text)
+            chunks.append("".join(chunk).encode("ascii"))
+            self._handed += len(records)
+            self._chunks.put((chunks, len(records)))
+        self._room = self.queue_size - (self._handed - self._written)
 
     def _report(self) -> None:
         count = self.dropped - self._reported
@@ -175,46 +237,31 @@ class AccessLog:
 
     # -- in the writer thread ----------------------------------------------------------
 
-    def _write_lines(self, records: queue.SimpleQueue[tuple[Any, ...] | None], fd: int | None) -> None:
-        line = _json_line if self.format == "json" else _combined_line
+    def _write_chunks(self, chunks: queue.SimpleQueue[tuple[list[bytes], int] | None], fd: int | None) -> None:
         failed = False
         try:
             while True:
-                record = records.get()  # an idle server's writer sleeps here
-                # Let the records of the next few milliseconds gather: one wake-up of this
-                # thread per batch, not per request (waking it for each cost more than the line).
-                time.sleep(_GATHER)
-                chunk: list[str] = []
-                size = 0
-                while record is not _STOP:
-                    text = line(record)
-                    if chunk and size + len(text) > _PIPE_BUF:  # the write would no longer be atomic
-                        failed = self._output(chunk, failed, fd)
-                        chunk, size = [], 0
-                    chunk.append(text)
-                    size += len(text)
-                    try:
-                        record = records.get_nowait()
-                    except queue.Empty:
-                        break
-                if chunk:
-                    failed = self._output(chunk, failed, fd)
-                if record is _STOP:
+                item = chunks.get()  # an idle server's writer sleeps here
+                if item is _STOP:
                     return
+                batch, count = item
+                for chunk in batch:
+                    failed = self._output(chunk, failed, fd)
+                self._written += count
         finally:
             if fd is not None:
                 os.close(fd)
 
-    def _output(self, lines: list[str], failed: bool, fd: int | None) -> bool:
-        """Write ``lines`` (at most PIPE_BUF bytes, unless one line is longer) in one write: several
-        workers may write to one file or pipe, and such a write is never split by another's.
-        True once a write failed."""
+    def _output(self, chunk: bytes, failed: bool, fd: int | None) -> bool:
+        """Write ``chunk`` (whole lines, at most PIPE_BUF bytes unless one line is longer) in one
+        write: several workers may write to one file or pipe, and such a write is never split
+        by another's. True once a write failed."""
         try:
             if fd is None:
-                sys.stdout.write("".join(lines))
+                sys.stdout.write(chunk.decode("ascii"))
                 sys.stdout.flush()
             else:
-                data = memoryview("".join(lines).encode("ascii"))
+                data = memoryview(chunk)
                 while data:
                     data = data[os.write(fd, data) :]
         except (OSError, ValueError) as exc:

@@ -6,9 +6,12 @@ several repeats). What it leaves out (recv, send, epoll) is the same for every
 server on the machine, so a change here shows up clearly where wrk's figures
 would drown it in noise. ``--profile`` prints cProfile's top functions instead;
 ``--ceiling`` feeds the ceiling's canned-response protocol the same way, for
-comparison; ``--endpoints`` picks a subset.
+comparison; ``--endpoints`` picks a subset. ``--metrics`` and ``--access-log PATH``
+(``--access-log-format json``) serve through a :class:`aiorest.Server` started
+with those options (listening on a port nobody connects to), to count their cost.
 
     python -m bench.inprocess [--requests 100000] [--repeats 7] [--profile] [--ceiling] [--endpoints /json]
+                              [--metrics] [--access-log PATH [--access-log-format json]]
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from aiorest import App, Limits
+from aiorest import App, Limits, Server
 from aiorest.protocol import HttpProtocol, ServerState
 from bench.servers.aiorest_app import app as bench_app
 from bench.servers.ceiling import Ceiling
@@ -115,8 +118,25 @@ async def _drive(
 
 
 async def _measure(args: argparse.Namespace) -> None:
-    await bench_app.startup()
-    make_protocol = _ceiling if args.ceiling else functools.partial(_aiorest, bench_app)
+    server: Server | None = None
+    if args.metrics or args.access_log:
+        server = Server(
+            bench_app,
+            host="127.0.0.1",
+            port=0,
+            metrics=args.metrics,
+            access_log=args.access_log,
+            access_log_format=args.access_log_format,
+        )
+        await server.start()
+        factory = server._factory
+        assert factory is not None
+        make_protocol: Callable[[asyncio.AbstractEventLoop], asyncio.Protocol] = lambda loop: factory()  # noqa: E731
+    else:
+        await bench_app.startup()
+        make_protocol = functools.partial(_aiorest, bench_app)
+    if args.ceiling:
+        make_protocol = _ceiling
     try:
         for path in args.endpoints:
             request = REQUESTS[path]
@@ -136,7 +156,10 @@ async def _measure(args: argparse.Namespace) -> None:
                 f"(min {min(per_request):.2f}, max {max(per_request):.2f}; {args.repeats} × {args.requests:,})"
             )
     finally:
-        await bench_app.shutdown()
+        if server is not None:
+            await server.stop()
+        else:
+            await bench_app.shutdown()
 
 
 def main(argv: list[str]) -> None:
@@ -151,6 +174,9 @@ def main(argv: list[str]) -> None:
         default=list(REQUESTS),
         help=f"comma-separated subset of {','.join(REQUESTS)}",
     )
+    parser.add_argument("--metrics", action="store_true", help="serve with metrics=True")
+    parser.add_argument("--access-log", metavar="PATH", help="serve with an access log written to PATH")
+    parser.add_argument("--access-log-format", default="combined", choices=("combined", "json"))
     args = parser.parse_args(argv)
     unknown = set(args.endpoints) - set(REQUESTS)
     if unknown:

@@ -10,7 +10,14 @@ the framework's cost shows as such. It counts work, not time: cache misses and
 the kernel's share of a real socket are not in it, so confirm a gain with
 ``bench/run.py``.
 
+``--metrics`` and ``--access-log PATH`` (``--access-log-format json``) count a
+server started with those options (see ``bench.inprocess``): against a run
+without them, the options' cost in instructions. The access log's writer
+thread is counted too (valgrind counts every thread). ``--no-ceiling`` skips
+the ceiling's runs.
+
     python -m bench.instructions [--endpoints /json,/plaintext] [--requests 2000,12000]
+                                 [--metrics] [--access-log PATH [--access-log-format json]] [--no-ceiling]
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench.inprocess import REQUESTS
@@ -29,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 _TOTAL = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
-def count(endpoint: str, requests: int, *, ceiling: bool) -> int:
+def count(endpoint: str, requests: int, *, ceiling: bool, options: Sequence[str] = ()) -> int:
     """Instructions executed by one ``bench.inprocess`` run of ``requests`` requests."""
     command = [
         "valgrind",
@@ -50,6 +58,7 @@ def count(endpoint: str, requests: int, *, ceiling: bool) -> int:
     ]
     if ceiling:
         command.append("--ceiling")
+    command += options
     env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(ROOT))
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     found = _TOTAL.search(done.stderr)
@@ -68,7 +77,14 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__.splitlines()[0])
     parser.add_argument("--endpoints", default=",".join(REQUESTS), help="comma-separated subset")
     parser.add_argument("--requests", default="2000,12000", help="the two request counts to difference")
+    parser.add_argument("--metrics", action="store_true", help="count a server with metrics=True")
+    parser.add_argument("--access-log", metavar="PATH", help="count a server with an access log written to PATH")
+    parser.add_argument("--access-log-format", default="combined", choices=("combined", "json"))
+    parser.add_argument("--no-ceiling", action="store_true", help="skip the ceiling's runs")
     args = parser.parse_args(argv)
+    options = ["--metrics"] if args.metrics else []
+    if args.access_log:
+        options += ["--access-log", args.access_log, "--access-log-format", args.access_log_format]
     if shutil.which("valgrind") is None:
         print("valgrind is not installed: apt-get install -y valgrind", file=sys.stderr)
         return 2
@@ -78,17 +94,24 @@ def main(argv: list[str]) -> int:
     rows = []
     for endpoint in args.endpoints.split(","):
         figures: dict[str, float] = {}
-        for name, is_ceiling in (("aiorest", False), ("ceiling", True)):
+        kinds = (("aiorest", False),) if args.no_ceiling else (("aiorest", False), ("ceiling", True))
+        for name, is_ceiling in kinds:
             runs = []
             for requests in (few, many):
                 print(f"{endpoint} {name}: {requests:,} requests under valgrind…", file=sys.stderr, flush=True)
-                runs.append((requests, count(endpoint, requests, ceiling=is_ceiling)))
+                extra = () if is_ceiling else options
+                runs.append((requests, count(endpoint, requests, ceiling=is_ceiling, options=extra)))
             figures[name] = per_request(runs[0], runs[1])
-        rows.append((endpoint, figures["aiorest"], figures["ceiling"]))
+        rows.append((endpoint, figures["aiorest"], figures.get("ceiling")))
+    if options:
+        print(f"aiorest with {' '.join(options)}")
     print("| endpoint | aiorest instructions/request | ceiling | aiorest − ceiling |")
     print("|---|---|---|---|")
     for endpoint, aiorest, ceiling in rows:
-        print(f"| {endpoint} | {aiorest:,.0f} | {ceiling:,.0f} | {aiorest - ceiling:,.0f} |")
+        if ceiling is None:
+            print(f"| {endpoint} | {aiorest:,.0f} | | |")
+        else:
+            print(f"| {endpoint} | {aiorest:,.0f} | {ceiling:,.0f} | {aiorest - ceiling:,.0f} |")
     print(f"Python {sys.version.split()[0]}")
     return 0
 

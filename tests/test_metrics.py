@@ -76,6 +76,11 @@ def make_app() -> tuple[App, asyncio.Event]:
         await release.wait()
         return {}
 
+    @app.get("/slow")
+    async def slow(request):
+        await asyncio.sleep(0.03)
+        return {}
+
     return app, release
 
 
@@ -90,12 +95,14 @@ async def test_requests_are_counted_by_route_template_method_and_status(caplog):
                 assert response.status == status
         async with session.delete("/items/1") as response:
             assert response.status == 405
+        async with session.get("/slow") as response:
+            assert response.status == 200
         found = await scrape(session)
     template = "/items/{item_id:int}"
     assert value(found, "aiorest_requests_total", route=template, method="GET", status="200") == 1000
     assert [key for key in found if key[0] == "aiorest_requests_total" and ("route", template) in key[1]] != []
     routes = {dict(labels)["route"] for name, labels in found if name == "aiorest_requests_total"}
-    assert routes == {template, "/items", "/boom", "<unmatched>"}  # never a raw path
+    assert routes == {template, "/items", "/boom", "/slow", "<unmatched>"}  # never a raw path
     assert value(found, "aiorest_requests_total", route="/items", method="POST", status="409") == 1
     assert value(found, "aiorest_requests_total", route="/boom", method="GET", status="500") == 1
     assert value(found, "aiorest_requests_total", route="<unmatched>", method="GET", status="404") == 1
@@ -104,6 +111,12 @@ async def test_requests_are_counted_by_route_template_method_and_status(caplog):
     assert value(found, "aiorest_request_duration_seconds_count", route=template) == 1000
     assert value(found, "aiorest_request_duration_seconds_bucket", route=template, le="+Inf") == 1000
     assert value(found, "aiorest_request_duration_seconds_bucket", route=template, le="0.001") > 0
+    assert 0 < value(found, "aiorest_request_duration_seconds_sum", route=template) < 1000 * 0.0025
+    # the slow one in its bucket: the buckets are cumulative
+    assert value(found, "aiorest_request_duration_seconds_bucket", route="/slow", le="0.025") == 0
+    assert value(found, "aiorest_request_duration_seconds_bucket", route="/slow", le="0.05") == 1
+    assert value(found, "aiorest_request_duration_seconds_bucket", route="/slow", le="+Inf") == 1
+    assert 0.03 <= value(found, "aiorest_request_duration_seconds_sum", route="/slow") < 0.05
     assert value(found, "aiorest_requests_in_flight") == 0
     assert value(found, "aiorest_event_loop_lag_seconds_count") > 0
     assert "a bug" in caplog.text  # logged as before, not sent
@@ -192,6 +205,8 @@ def test_two_workers_are_summed(tmp_path):
             assert time.monotonic() < deadline, f"answers from {pids} only"
             time.sleep(0.01 if sent else 0.1)
         assert not (metrics_dir / "counter_999999.db").exists()
+        # each worker flushes its counts into its files every 50 ms: the other worker's last ones
+        time.sleep(0.2)
         totals = []
         for _ in range(6):  # whichever worker answers, the sum of both
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
@@ -217,3 +232,21 @@ def test_two_workers_are_summed(tmp_path):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+async def test_a_handler_cancelled_because_its_client_left_is_counted_499():
+    app, release = make_app()
+    async with serving(app, cancel_on_disconnect=True) as (server, session):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        deadline = time.monotonic() + 5
+        while server.metrics is not None and server.metrics.running == 0:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.005)
+        writer.close()
+        while (found := await scrape(session)) and value(found, "aiorest_requests_in_flight") != 0:
+            assert time.monotonic() < deadline, "the handler was not cancelled"
+            await asyncio.sleep(0.01)
+    assert value(found, "aiorest_requests_total", route="/block", method="GET", status="499") == 1
+    assert value(found, "aiorest_request_duration_seconds_count", route="/block") == 1
