@@ -282,8 +282,11 @@ def _plots(results: dict[str, Any], stem: Path) -> list[str]:
         ax.plot(seconds, [sent for sent, _ in failover_result["timeline"]], label="requests sent")
         ax.bar(seconds, [failed for _, failed in failover_result["timeline"]], color="red", label="failed")
         for event in failover_result["events"]:
-            ax.axvline(event["at_s"], color="gray", linestyle="--")
-            ax.text(event["at_s"], ax.get_ylim()[1] * 0.95, " " + event["event"], rotation=90, va="top", fontsize=8)
+            done = event["event"].endswith("reloaded")  # a dotted line just after its SIGHUP's, unlabelled
+            ax.axvline(event["at_s"], color="gray", linestyle=":" if done else "--")
+            if not done:
+                middle = ax.get_ylim()[1] * 0.5
+                ax.text(event["at_s"], middle, " " + event["event"], rotation=90, va="center", fontsize=8)
         ax.set_xlabel("second of the run")
         ax.set_ylabel("requests a second")
         ax.set_title(f"nginx → 2 aiorest upstreams × 2 workers: {failover_result['failed']} failed requests")
