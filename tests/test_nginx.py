@@ -92,7 +92,12 @@ def test_bodies_headers_and_errors_flow_both_ways(nginx, aiorest_process, transp
     # Told to trust nginx, aiorest takes the client and the id from these headers (the test client
     # is on loopback too, hence trusted: its own claim 203.0.113.7 is the first untrusted hop).
     assert seen["client"][0] == "203.0.113.7" and seen["id"] == raw["x-request-id"]
-    assert f"rid={raw['x-request-id']} upstream={upstream.upstream} ustatus=200" in nginx.access_log()[-1]
+    # nginx writes its line once the response is sent: the client may read it first
+    logged = f"rid={raw['x-request-id']} upstream={upstream.upstream} ustatus=200"
+    deadline = time.monotonic() + 5
+    while not any(logged in line for line in nginx.access_log()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert any(logged in line for line in nginx.access_log()), nginx.access_log()[-3:]
 
     # aiorest's JSON errors pass through unchanged.
     status, headers, body = request(nginx.url + "/notes/7")
@@ -149,7 +154,12 @@ async def test_one_upstream_stops_under_steady_load_and_no_request_fails(nginx, 
     assert result.failed == 0, (result.first_failures, nginx.error_log()[-3000:])
     assert result.statuses == {200: result.sent} and result.sent >= 0.9 * 300 * 6
     assert first.process.wait(timeout=5) is not None
-    log = [line for line in nginx.access_log() if '"GET / HTTP/1.1"' in line]  # not the readiness probe
+    deadline = time.monotonic() + 5  # nginx writes a line once its response is sent: the client may be first
+    while True:
+        log = [line for line in nginx.access_log() if '"GET / HTTP/1.1"' in line]  # not the readiness probe
+        if len(log) >= result.sent or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
     answered_by = [re.search(r" upstream=(.*?) ustatus=(.*?) rt=", line).groups() for line in log]
     assert len(answered_by) == result.sent
     # Some requests went to the stopped upstream, failed there, and nginx passed them to the other one.
