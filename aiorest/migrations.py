@@ -1,8 +1,10 @@
 """Numbered SQL migrations: ``migrations/0001_create_notes.sql``, applied in order, once.
 
 Each applied version is recorded with the SHA-256 of its file. Each migration
-runs in its own transaction. A PostgreSQL advisory lock serialises runners, so
-several workers starting at once apply each migration exactly once. A file
+runs in its own transaction, which holds a PostgreSQL advisory lock: runners
+are serialised, so several workers starting at once apply each migration
+exactly once, and no lock outlives a transaction (behind PgBouncer in
+transaction mode, or when a runner is cancelled). A file
 changed after it was applied is an error, never silently skipped — unless the
 new text names the checksum of the text that was applied in a leading comment,
 ``-- aiorest:supersedes <sha256>``: its author vouches that the new text, run
@@ -118,27 +120,30 @@ def _check_edited(migrations: list[Migration], applied: dict[int, str]) -> None:
 
 
 async def migrate(db: Database, directory: str | Path) -> list[Migration]:
-    """Apply pending migrations; returns those applied by this call."""
+    """Apply pending migrations; returns those applied by this call.
+
+    Each migration runs in a transaction that first takes the advisory lock
+    (released with the transaction: nothing outlives it, which also holds behind
+    PgBouncer in transaction mode) and reads again what is applied, so runners
+    that start together apply each migration once, in order.
+    """
     migrations = load_migrations(directory)
-    async with db.connection() as conn:
-        await conn.fetchval("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
-        try:
-            applied = await _applied(conn)
+    done: list[Migration] = []
+    while True:
+        async with db.transaction() as tx:
+            await tx.fetchval("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+            applied = await _applied(tx)
             _check_edited(migrations, applied)
-            done = []
-            for migration in migrations:
-                if migration.version in applied:
-                    continue
-                async with conn.transaction() as tx:
-                    await tx.execute_script(migration.sql)
-                    await tx.execute(
-                        "INSERT INTO aiorest_migrations (version, name, checksum) VALUES (%s, %s, %s)",
-                        (migration.version, migration.name, migration.checksum),
-                    )
-                done.append(migration)
-            return done
-        finally:
-            await conn.fetchval("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
+            pending = [migration for migration in migrations if migration.version not in applied]
+            if not pending:
+                return done
+            migration = pending[0]
+            await tx.execute_script(migration.sql)
+            await tx.execute(
+                "INSERT INTO aiorest_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                (migration.version, migration.name, migration.checksum),
+            )
+        done.append(migration)
 
 
 async def migration_status(db: Database, directory: str | Path) -> list[tuple[Migration, str]]:

@@ -53,7 +53,10 @@ async def test_concurrent_runs_apply_each_migration_once(database_url, folder):
     dbs = [await open_db(database_url) for _ in range(4)]
     try:
         results = await asyncio.gather(*(migrate(db, folder) for db in dbs))
-        assert sorted(len(applied) for applied in results) == [0, 0, 0, 3]
+        # each once, in order, whichever runner took it (each migration is one locked transaction)
+        versions = sorted(migration.version for applied in results for migration in applied)
+        assert versions == [1, 2, 3]
+        assert all([m.version for m in applied] == sorted(m.version for m in applied) for applied in results)
         assert await dbs[0].fetchval("SELECT count(*) FROM things") == 3
         assert await dbs[0].fetchval("SELECT count(*) FROM aiorest_migrations") == 3
     finally:
@@ -163,3 +166,23 @@ def test_a_supersedes_line_needs_sha256_checksums(folder, named):
     write(folder, "0003_more.sql", f"-- aiorest:supersedes {named}\nSELECT 1;")
     with pytest.raises(MigrationError, match="0003_more.sql: '-- aiorest:supersedes' takes the SHA-256"):
         load_migrations(folder)
+
+
+async def test_a_cancelled_run_leaves_no_lock_and_the_next_run_applies_the_rest(database_url, folder):
+    write(folder, "0003_slow.sql", "SELECT pg_sleep(5); INSERT INTO things VALUES (3);")
+    db = await open_db(database_url)
+    try:
+        running = asyncio.ensure_future(migrate(db, folder))
+        while await db.fetchval("SELECT to_regclass('aiorest_migrations') IS NULL"):
+            await asyncio.sleep(0.02)
+        while await db.fetchval("SELECT count(*) FROM aiorest_migrations WHERE version = 2") == 0:
+            await asyncio.sleep(0.02)  # 0001 and 0002 are in; 0003 sleeps
+        await asyncio.sleep(0.2)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        assert await db.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == 0
+        write(folder, "0003_slow.sql", "INSERT INTO things VALUES (3);")  # the same version, quick now
+        assert [m.version for m in await asyncio.wait_for(migrate(db, folder), 5)] == [3]
+    finally:
+        await db.close()

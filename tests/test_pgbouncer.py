@@ -223,3 +223,24 @@ def test_the_example_app_behind_pgbouncer_under_load_answers_every_request(pg_se
             stop_process(service, 15)
     text = log.read_text()
     assert " WARNING " not in text and " ERROR " not in text, text
+
+
+async def test_runners_migrating_at_once_behind_pgbouncer_apply_each_migration_once(pooled, tmp_path):
+    # The advisory lock is taken in each migration's transaction: behind PgBouncer a
+    # session lock would be taken on one server connection and released on another.
+    from aiorest.migrations import migrate
+
+    (tmp_path / "0001_things.sql").write_text("CREATE TABLE pooled_things (id int);")
+    (tmp_path / "0002_slow.sql").write_text("SELECT pg_sleep(0.2); INSERT INTO pooled_things VALUES (2);")
+    (tmp_path / "0003_more.sql").write_text("INSERT INTO pooled_things VALUES (3);")
+    dbs = [Database(pooled, min_size=1, max_size=1, pooler="transaction") for _ in range(3)]
+    for db in dbs:
+        await db.open()
+    try:
+        results = await asyncio.gather(*(migrate(db, tmp_path) for db in dbs))
+        assert sorted(m.version for applied in results for m in applied) == [1, 2, 3]
+        assert await dbs[0].fetchval("SELECT count(*) FROM pooled_things") == 2
+        assert await dbs[0].fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == 0
+    finally:
+        for db in dbs:
+            await db.close()
