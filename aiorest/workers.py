@@ -128,6 +128,7 @@ class _Supervisor:
         self.selector = selectors.DefaultSelector()
         self.wake = (-1, -1)  # the pipe set_wakeup_fd writes signal numbers to
         self.parent = os.getpid()
+        self.notify = _Notifier.from_environment()  # systemd's Type=notify, when it asks for it
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -351,6 +352,7 @@ class _Supervisor:
                     self.count,
                     " ".join(str(w.pid) for w in self.serving.values()),
                 )
+                self.notify(f"READY=1\nSTATUS={self.count} workers serving")
                 if self.reload_after_start:
                     self._begin_reload()
         else:
@@ -369,6 +371,7 @@ class _Supervisor:
             logger.error(
                 "reload failed: new worker %d (pid %d) could not start: %s: %s", worker.number, worker.pid, reason, kept
             )
+            self.notify(f"READY=1\nSTATUS=reload failed: {kept}")
             again = self.reload.again
             self.reload = None
             if again:
@@ -403,6 +406,7 @@ class _Supervisor:
             logger.info("SIGHUP during a reload: another reload follows it")
             return
         logger.info("SIGHUP: replacing the %d workers one at a time", self.count)
+        self.notify(f"RELOADING=1\nMONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
         self.reload = _Reload(deque(range(self.count)))
         self._continue_reload()
 
@@ -417,6 +421,7 @@ class _Supervisor:
             len(self.serving),
             " ".join(str(w.pid) for w in self.serving.values()),
         )
+        self.notify(f"READY=1\nSTATUS={len(self.serving)} workers serving")
         self.reload = None
         if reload.again:
             self._begin_reload()
@@ -427,6 +432,8 @@ class _Supervisor:
             _kill(worker.pid, signal.SIGTERM)
 
     def _stop_all(self) -> None:
+        if not self.stopping:
+            self.notify("STOPPING=1")
         self.stopping = True
         for worker in self.workers.values():
             self._tell_to_stop(worker)
@@ -438,6 +445,33 @@ class _Supervisor:
         if self.listener is not None:
             self.listener.close()
             self.listener = None
+
+
+class _Notifier:
+    """sd_notify(3): tells systemd (``Type=notify``) when the workers serve, reload and stop.
+
+    ``$NOTIFY_SOCKET`` is read once and removed from the environment, so that the
+    workers (and what they start) do not speak for the service.
+    """
+
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+
+    @classmethod
+    def from_environment(cls) -> _Notifier:
+        address = os.environ.pop("NOTIFY_SOCKET", None)
+        if address and address.startswith("@"):  # an abstract socket
+            address = "\0" + address[1:]
+        return cls(address or None)
+
+    def __call__(self, state: str) -> None:
+        if self.address is None:
+            return
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+                sock.sendto(state.encode(), self.address)
+        except OSError as exc:  # systemd gone: the service goes on, it only cannot say so
+            logger.warning("cannot notify systemd at %s: %s", self.address, exc)
 
 
 def _noted(signum: int, frame: object) -> None:

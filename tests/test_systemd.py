@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -125,3 +126,23 @@ def test_fd_that_is_not_a_listening_socket_is_refused(tmp_path):
         result = subprocess.run(command, capture_output=True, pass_fds=[unbound.fileno()], timeout=10)
     assert result.returncode == 1
     assert "is not a listening stream socket" in result.stderr.decode(), result.stderr
+
+
+def test_the_parent_tells_systemd_it_is_ready_reloading_and_stopping(tmp_path):
+    # Type=notify: systemd reads datagrams on $NOTIFY_SOCKET; only the parent speaks (NotifyAccess=main).
+    (tmp_path / "slow_app.py").write_text(SLOW_APP)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        notify.bind(str(tmp_path / "notify"))
+        notify.settimeout(20)
+        env = {**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify")}
+        with AiorestProcess("slow_app:app", "--workers", "2", cwd=tmp_path, env=env, ready_path="/pid") as server:
+            assert notify.recv(4096).decode() == "READY=1\nSTATUS=2 workers serving"
+            assert json.loads(server.get("/pid")[1])["pid"] in server.worker_pids()
+            server.send_signal(signal.SIGHUP)
+            assert notify.recv(4096).decode().startswith("RELOADING=1\nMONOTONIC_USEC=")
+            assert notify.recv(4096).decode() == "READY=1\nSTATUS=2 workers serving"
+            assert server.stop() == 0
+            assert notify.recv(4096).decode() == "STOPPING=1"
+        with pytest.raises(TimeoutError):  # nothing else: not from the workers either
+            notify.settimeout(0.3)
+            notify.recv(4096)
