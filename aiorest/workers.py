@@ -125,6 +125,7 @@ class _Supervisor:
         self.exit_code = 0
         self.reload: _Reload | None = None
         self.restarts: deque[float] = deque()
+        self.pending: dict[int, float] = {}  # slot -> when the restart of its worker, which died, is due
         self.selector = selectors.DefaultSelector()
         self.wake = (-1, -1)  # the pipe set_wakeup_fd writes signal numbers to
         self.parent = os.getpid()
@@ -142,7 +143,7 @@ class _Supervisor:
         previous = {signum: signal.signal(signum, _noted) for signum in _HANDLED}
         try:
             self._spawn(0, "start")
-            while self.workers:
+            while self.workers or self.pending:
                 timeout = self._next_deadline() - time.monotonic()
                 for key, _ in self.selector.select(max(0.0, timeout)):
                     if key.fd == wake_read:
@@ -172,7 +173,7 @@ class _Supervisor:
                 self._begin_reload()
 
     def _next_deadline(self) -> float:
-        deadlines = [time.monotonic() + 1.0]
+        deadlines = [time.monotonic() + 1.0, *self.pending.values()]
         for worker in self.workers.values():
             if worker.stopping:
                 deadlines.append(worker.stopping + self.stop_timeout)
@@ -182,6 +183,11 @@ class _Supervisor:
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
+        for number, due in list(self.pending.items()):
+            if now >= due:
+                del self.pending[number]
+                if not self.stopping and number not in self.serving:
+                    self._spawn(number, "restart")
         for worker in list(self.workers.values()):
             if worker.stopping and now - worker.stopping > self.stop_timeout:
                 logger.error(
@@ -200,6 +206,7 @@ class _Supervisor:
     # -- workers ----------------------------------------------------------------------------
 
     def _spawn(self, number: int, purpose: str) -> _Worker:
+        self.pending.pop(number, None)  # a reload's worker takes the slot of one due to restart
         report_read, report_write = os.pipe()
         # Until the child has set its own handlers, the parent's would catch a signal
         # sent to it (a SIGTERM from a stop right after the fork) and drop it: the
@@ -323,7 +330,14 @@ class _Supervisor:
             self.exit_code = 1
             self._stop_all()
             return
-        self._spawn(worker.number, "restart")
+        delay = _restart_delay(len(self.restarts))
+        if delay:  # a worker that keeps dying is not restarted in a tight loop
+            logger.info(
+                "worker %d restarts in %g s (%d deaths within a minute)", worker.number, delay, len(self.restarts)
+            )
+            self.pending[worker.number] = now + delay
+        else:
+            self._spawn(worker.number, "restart")
 
     def _serves(self, worker: _Worker) -> None:
         """``worker`` said it serves."""
@@ -432,6 +446,7 @@ class _Supervisor:
             _kill(worker.pid, signal.SIGTERM)
 
     def _stop_all(self) -> None:
+        self.pending.clear()
         if not self.stopping:
             self.notify("STOPPING=1")
         self.stopping = True
@@ -445,6 +460,12 @@ class _Supervisor:
         if self.listener is not None:
             self.listener.close()
             self.listener = None
+
+
+def _restart_delay(deaths: int) -> float:
+    """Seconds before restarting a worker, after ``deaths`` deaths within a minute: 0 for the
+    first, then 0.5 s, doubling, at most 10 s."""
+    return 0.0 if deaths <= 1 else min(10.0, 0.5 * 2 ** (deaths - 2))
 
 
 class _Notifier:

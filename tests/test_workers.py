@@ -346,3 +346,19 @@ def test_sigterm_right_after_a_worker_is_forked_stops_it_at_once(tmp_path):
     # Not left serving until the parent's SIGKILL (--graceful-timeout + 10 s).
     assert took < 5, log
     assert " ERROR " not in log and "SIGKILL" not in log, log
+
+
+def test_a_worker_that_keeps_dying_is_restarted_later_each_time():
+    with AiorestProcess("tests.apps.pid_app:app", "--workers", "1", ready_path="/pid") as server:
+        for death in range(1, 4):
+            victim = json.loads(server.get("/pid")[1])["pid"]
+            os.kill(victim, signal.SIGKILL)
+            server.wait_for_log(" starting", count=death + 1)  # worker 0, then each restart
+            deadline = time.monotonic() + 10
+            while json.loads(server.get("/pid")[1])["pid"] == victim and time.monotonic() < deadline:
+                time.sleep(0.05)
+        log = server.log()
+        assert "worker 0 restarts in 0.5 s (2 deaths within a minute)" in log, log
+        assert "worker 0 restarts in 1 s (3 deaths within a minute)" in log, log
+        assert log.count("worker 0 restarts in") == 2  # the first death: at once
+        assert server.stop() == 0
