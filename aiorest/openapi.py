@@ -16,7 +16,7 @@ import html
 import inspect
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -44,7 +44,8 @@ _REF = "#/components/schemas/{name}"
 _PARAM_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::([A-Za-z_][A-Za-z0-9_]*))?\}")
 _JSON = "application/json"
 _NO_CONTENT = frozenset({204, 304})
-# The error answers every operation may give, by status: (component, when it applies).
+# The error answers, by status: their components under #/components/responses. 405
+# answers a method a path lacks, which has no operation: it is in the components only.
 _ERRORS = {
     400: "BadRequest",
     404: "NotFound",
@@ -84,10 +85,12 @@ def build_openapi(app: App, *, title: str, version: str, description: str | None
         document["tags"] = [{"name": tag} for tag in tags]
     document["paths"] = paths
     responses = {
-        name: {"description": HTTPStatus(status).phrase, "content": {_JSON: {"schema": schemas[error_ref]}}}
+        name: {
+            "description": HTTPStatus(status).phrase,
+            "content": {_JSON: {"schema": schemas[validation_ref if status == 422 else error_ref]}},
+        }
         for status, name in _ERRORS.items()
     }
-    responses["ValidationFailed"]["content"][_JSON]["schema"] = schemas[validation_ref]
     document["components"] = {"schemas": components, "responses": responses}
     return document
 
@@ -154,7 +157,9 @@ class _Operation:
             schema = schemas[self.returns] if self.returns is not None else {}
             success["content"] = {_JSON: {"schema": schema}}
         if route.headers:
-            success["headers"] = {name: {"schema": {"type": "string", "const": value}} for name, value in route.headers.items()}
+            success["headers"] = {
+                name: {"schema": {"type": "string", "const": value}} for name, value in route.headers.items()
+            }
         responses: dict[str, Any] = {str(status): success}
         errors = []
         if self.body is not None:
@@ -223,7 +228,6 @@ def _error_types() -> tuple[Any, Any]:
     """The project's error shape as msgspec types: any error, and a 422 with its problems."""
     global _ERROR_TYPES
     if _ERROR_TYPES is None:
-
         # made with defstruct: the annotations of classes made in a function would not resolve
         error = msgspec.defstruct("Error", [("status", int), ("message", str), ("details", Any, None)])
         problem = msgspec.defstruct("Problem", [("location", str), ("message", str)])
@@ -239,8 +243,11 @@ def _error_types() -> tuple[Any, Any]:
 
 # -- the routes that serve it -------------------------------------------------------
 
-_ASSET_CACHE = "public, max-age=86400"
-_PAGE_CACHE = "no-cache"
+_ASSETS = {"Cache-Control": "public, max-age=86400"}
+_PAGES = {"Cache-Control": "no-cache"}
+# ReDoc shows a logo from its CDN: the page tells the browser not to fetch images from elsewhere.
+_REDOC_PAGE = {**_PAGES, "Content-Security-Policy": "img-src 'self' data:"}
+_HTML = "text/html; charset=utf-8"
 _MEDIA_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8", ".png": "image/png"}
 _SWAGGER_FILES = ("swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png")
 _REDOC_FILES = ("redoc.standalone.js",)
@@ -249,19 +256,18 @@ _REDOC_FILES = ("redoc.standalone.js",)
 class _Served:
     """A route of the docs' own: answers one fixed body, made on the first request."""
 
-    __slots__ = ("_make", "_media_type", "_cache", "_response")
+    __slots__ = ("_make", "_media_type", "_headers", "_body")
 
-    def __init__(self, make: Any, media_type: str, cache: str) -> None:
+    def __init__(self, make: Callable[[], bytes], media_type: str, headers: Mapping[str, str]) -> None:
         self._make = make
         self._media_type = media_type
-        self._cache = cache
-        self._response: tuple[bytes, dict[str, str]] | None = None
+        self._headers = headers
+        self._body: bytes | None = None
 
     async def __call__(self, request: Request) -> Response:
-        if self._response is None:
-            self._response = (self._make(), {"Cache-Control": self._cache})
-        body, headers = self._response
-        return Response(body, 200, headers, self._media_type)
+        if self._body is None:
+            self._body = self._make()
+        return Response(self._body, 200, self._headers, self._media_type)
 
 
 def openapi_routes(
@@ -274,7 +280,7 @@ def openapi_routes(
 ) -> list[tuple[str, _Served]]:
     """The (path, endpoint) pairs of :meth:`aiorest.App.add_openapi_routes`."""
     routes: list[tuple[str, _Served]] = [
-        (openapi_url, _Served(lambda: msgspec.json.encode(app.openapi(title=title, version=version)), _JSON, _PAGE_CACHE))
+        (openapi_url, _Served(lambda: msgspec.json.encode(app.openapi(title=title, version=version)), _JSON, _PAGES))
     ]
     if docs_url is None and redoc_url is None:
         return routes
@@ -293,8 +299,8 @@ def openapi_routes(
             f'<body><div id="swagger-ui"></div>\n<script src="{docs_url}/swagger-ui-bundle.js"></script>\n'
             f'<script src="{docs_url}/swagger-ui-init.js"></script></body></html>\n'
         )
-        routes.append((docs_url, _page(page)))
-        routes.append((f"{docs_url}/swagger-ui-init.js", _Served(init.encode, _MEDIA_TYPES[".js"], _PAGE_CACHE)))
+        routes.append((docs_url, _Served(page.encode, _HTML, _PAGES)))
+        routes.append((f"{docs_url}/swagger-ui-init.js", _Served(init.encode, _MEDIA_TYPES[".js"], _PAGES)))
         routes += _files(bundles.swagger_ui.static_path, _SWAGGER_FILES, docs_url)
     if redoc_url is not None:
         page = (
@@ -302,13 +308,9 @@ def openapi_routes(
             f'<body><redoc spec-url="{spec}"></redoc>\n'
             f'<script src="{redoc_url}/redoc.standalone.js"></script></body></html>\n'
         )
-        routes.append((redoc_url, _page(page)))
+        routes.append((redoc_url, _Served(page.encode, _HTML, _REDOC_PAGE)))
         routes += _files(bundles.redoc.static_path, _REDOC_FILES, redoc_url)
     return routes
-
-
-def _page(text: str) -> _Served:
-    return _Served(text.encode, "text/html; charset=utf-8", _PAGE_CACHE)
 
 
 def _files(folder: Path, names: Iterable[str], prefix: str) -> list[tuple[str, _Served]]:
@@ -317,7 +319,7 @@ def _files(folder: Path, names: Iterable[str], prefix: str) -> list[tuple[str, _
         path = Path(folder) / name
         if not path.is_file():
             raise RuntimeError(f"the interactive docs' file {path} is missing: reinstall openapi-ui-bundles")
-        routes.append((f"{prefix}/{name}", _Served(path.read_bytes, _MEDIA_TYPES[path.suffix], _ASSET_CACHE)))
+        routes.append((f"{prefix}/{name}", _Served(path.read_bytes, _MEDIA_TYPES[path.suffix], _ASSETS)))
     return routes
 
 
