@@ -35,7 +35,7 @@ try:
 except ImportError:  # an optional dependency: the document says so when asked for
     msgspec = None  # type: ignore[assignment]
 
-__all__ = ["build_openapi", "openapi_routes", "OPENAPI_VERSION"]
+__all__ = ["build_openapi", "OPENAPI_VERSION"]
 
 #: The version of the OpenAPI specification the document follows.
 OPENAPI_VERSION = "3.1.0"
