@@ -57,8 +57,7 @@ _ERRORS = {
 
 def build_openapi(app: App, *, title: str, version: str, description: str | None = None) -> dict[str, Any]:
     """The OpenAPI 3.1 document of ``app``'s routes (see :meth:`aiorest.App.openapi`)."""
-    if msgspec is None:
-        raise RuntimeError("app.openapi() needs msgspec for the JSON Schemas: pip install 'aiorest[openapi]'")
+    _require_msgspec()
     routes = [route for route in app.router.routes() if not isinstance(route.handler, _Served)]
     types = _Types()
     error, validation = _error_types()
@@ -93,6 +92,11 @@ def build_openapi(app: App, *, title: str, version: str, description: str | None
     }
     document["components"] = {"schemas": components, "responses": responses}
     return document
+
+
+def _require_msgspec() -> None:
+    if msgspec is None:
+        raise RuntimeError("the OpenAPI document needs msgspec for its JSON Schemas: pip install 'aiorest[openapi]'")
 
 
 class _Types:
@@ -194,7 +198,10 @@ def _type_of(convertor: Convertor) -> Any:
 def _with_default(schema: dict[str, Any], default: Any) -> dict[str, Any]:
     if default is None:
         return schema
-    return {**schema, "default": msgspec.to_builtins(default)}
+    try:
+        return {**schema, "default": msgspec.to_builtins(default)}
+    except TypeError:  # a default JSON cannot say: the schema goes without it
+        return schema
 
 
 def _docstring(handler: Any) -> tuple[str, str]:
@@ -229,10 +236,10 @@ def _error_types() -> tuple[Any, Any]:
     global _ERROR_TYPES
     if _ERROR_TYPES is None:
         # made with defstruct: the annotations of classes made in a function would not resolve
-        error = msgspec.defstruct("Error", [("status", int), ("message", str), ("details", Any, None)])
-        problem = msgspec.defstruct("Problem", [("location", str), ("message", str)])
+        error = msgspec.defstruct("ErrorBody", [("status", int), ("message", str), ("details", Any, None)])
+        problem = msgspec.defstruct("ValidationProblem", [("location", str), ("message", str)])
         validation = msgspec.defstruct(
-            "ValidationError",
+            "ValidationErrorBody",
             [("status", Literal[422]), ("message", Literal[VALIDATION_MESSAGE]), ("details", list[problem])],  # type: ignore[valid-type]
         )
         error_response = msgspec.defstruct("ErrorResponse", [("error", error)])
@@ -279,6 +286,7 @@ def openapi_routes(
     version: str | None,
 ) -> list[tuple[str, _Served]]:
     """The (path, endpoint) pairs of :meth:`aiorest.App.add_openapi_routes`."""
+    _require_msgspec()  # now, not on the first request
     routes: list[tuple[str, _Served]] = [
         (openapi_url, _Served(lambda: msgspec.json.encode(app.openapi(title=title, version=version)), _JSON, _PAGES))
     ]

@@ -160,9 +160,12 @@ def test_bodies_responses_and_errors_as_components() -> None:
     assert responses["NotFound"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/ErrorResponse"
     }
-    validation = schemas["ValidationError"]["properties"]
-    assert validation["details"] == {"type": "array", "items": {"$ref": "#/components/schemas/Problem"}}
-    assert schemas["Problem"]["required"] == ["location", "message"]
+    validation = schemas["ValidationErrorBody"]["properties"]
+    assert validation["details"] == {"type": "array", "items": {"$ref": "#/components/schemas/ValidationProblem"}}
+    assert schemas["ValidationProblem"]["required"] == ["location", "message"]
+    assert responses["ValidationFailed"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ValidationErrorResponse"
+    }
 
 
 def test_summaries_tags_and_unique_operation_ids() -> None:
