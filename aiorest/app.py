@@ -54,7 +54,8 @@ class App(_RouteDecorators):
     runs the startup hooks; shutdown undoes it in reverse. If a step of the startup
     raises, exactly the contexts entered (and the lifespan) are left, and no shutdown
     hook runs. ``convertors``: extra path parameter converters by name. ``limits``:
-    the server's limits and timeouts.
+    the server's limits and timeouts. ``title`` and ``version``: the API's, in its
+    OpenAPI document (see :meth:`openapi`).
     """
 
     def __init__(
@@ -69,7 +70,11 @@ class App(_RouteDecorators):
         contexts: Sequence[Lifespan] = (),
         convertors: dict[str, Convertor] | None = None,
         limits: Limits | None = None,
+        title: str = "aiorest",
+        version: str = "0.1.0",
     ) -> None:
+        self.title = title
+        self.version = version
         self.router = RouteTable(convertors)
         self.state = State()
         self.json: JSONCodec = get_codec(json)
@@ -142,6 +147,38 @@ class App(_RouteDecorators):
     def url_for(self, name: str, /, **params: Any) -> str:
         """The path of the route named ``name`` with ``params`` filled in."""
         return self.router.url_for(name, **params)
+
+    def openapi(self, *, title: str | None = None, version: str | None = None) -> dict[str, Any]:
+        """The OpenAPI 3.1 document of the routes, as a dict (see :doc:`typed`).
+
+        ``title`` and ``version`` default to the App's. Needs msgspec (``aiorest[openapi]``).
+        """
+        from .openapi import build_openapi
+
+        return build_openapi(self, title=title or self.title, version=version or self.version)
+
+    def add_openapi_routes(
+        self,
+        openapi_url: str = "/openapi.json",
+        docs_url: str | None = "/docs",
+        redoc_url: str | None = "/redoc",
+        *,
+        title: str | None = None,
+        version: str | None = None,
+    ) -> None:
+        """Serve the OpenAPI document at ``openapi_url`` and interactive docs: Swagger UI at
+        ``docs_url``, ReDoc at ``redoc_url`` (None leaves one out), from local files only.
+
+        The document is built on its first request, then kept. The docs' scripts and
+        styles are served under ``docs_url`` and ``redoc_url`` from the
+        ``openapi-ui-bundles`` package (``pip install 'aiorest[openapi]'``): RuntimeError
+        here when it is missing. These routes are not in the document.
+        """
+        from .openapi import openapi_routes
+
+        self._check_not_started("add the OpenAPI routes")
+        for path, endpoint in openapi_routes(self, openapi_url, docs_url, redoc_url, title, version):
+            self.add_route("GET", path, endpoint)
 
     def run(self, host: str = "127.0.0.1", port: int = 8080, **options: Any) -> None:
         """Serve the app until SIGINT or SIGTERM (see ``aiorest.run`` for ``options``)."""

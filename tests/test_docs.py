@@ -404,6 +404,28 @@ async def exercise_typed_orders(module: ModuleType, client: Any) -> None:
         assert await response.json() == {"customers": ["Ada"], "signed_in": True, "self": "/customers"}
 
 
+async def exercise_openapi_docs(module: ModuleType, client: Any) -> None:
+    from openapi_spec_validator import validate
+
+    async with client.get("/openapi.json") as response:
+        document = await response.json()
+    validate(document)
+    assert document["info"] == {"title": "Shelf", "version": "1.0"}
+    add = document["paths"]["/v1/books"]["post"]
+    assert (add["summary"], add["tags"], add["operationId"]) == (
+        "Add a book to the shelf.",
+        ["books"],
+        "books.add_book",
+    )
+    assert set(add["responses"]) == {"201", "400", "415", "422"}
+    assert document["components"]["schemas"]["NewBook"]["properties"]["year"] == {"type": "integer", "minimum": 1450}
+    assert set(document["paths"]["/v1/books/{book_id}"]["get"]["responses"]) == {"200", "404", "422"}
+    for page in ("/docs", "/redoc"):
+        async with client.get(page) as response:
+            assert response.status == 200
+            assert "https://" not in await response.text()
+
+
 EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "behind_proxy": exercise_behind_proxy,
     "inventory": exercise_inventory,
@@ -419,6 +441,7 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "limits": exercise_limits,
     "test_ping": exercise_test_ping,
     "typed_orders": exercise_typed_orders,
+    "openapi_docs": exercise_openapi_docs,
 }
 
 

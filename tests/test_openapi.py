@@ -1,0 +1,267 @@
+"""app.openapi(): the OpenAPI 3.1 document of the routes; the routes serving it and the docs."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Annotated, Any, Literal
+
+import msgspec
+import pytest
+from msgspec import Meta
+from openapi_spec_validator import validate
+
+from aiorest import App, Cookie, Header, Query, Request, Router
+
+
+class Line(msgspec.Struct):
+    sku: Annotated[str, Meta(pattern="^[A-Z]{3}-[0-9]+$")]
+    quantity: Annotated[int, Meta(ge=1, le=99)] = 1
+
+
+class NewOrder(msgspec.Struct):
+    customer: Annotated[str, Meta(min_length=1, max_length=80)]
+    lines: list[Line]
+
+
+class Order(msgspec.Struct):
+    id: int
+    customer: str
+    lines: list[Line]
+
+
+class Page(msgspec.Struct):
+    limit: Annotated[int, Meta(ge=1, le=100)] = 20
+    offset: int = 0
+
+
+def shop() -> App:
+    app = App(title="Shop", version="2.1")
+    orders = Router()
+
+    @orders.post("/orders", status=201, headers={"Cache-Control": "no-store"})
+    async def place_order(
+        order: NewOrder,
+        x_client: Annotated[str | None, Header()] = None,
+        session: Annotated[str, Cookie("sid")] = "",
+    ) -> Order:
+        """Place an order.
+
+        The lines are kept in the order given.
+        """
+        return Order(1, order.customer, order.lines)
+
+    @orders.get("/orders/{order_id:int}", name="get")
+    async def get_order(order_id: Annotated[int, Meta(ge=1)]) -> Order:
+        return Order(order_id, "Ada", [])
+
+    @orders.get("/orders")
+    async def list_orders(
+        status: Literal["open", "shipped"] | None = None,
+        ids: list[int] | None = None,
+        limit: Annotated[int, Meta(ge=1, le=100)] = 20,
+    ) -> list[Order]:
+        return []
+
+    app.include(orders, "/shop", name="orders")
+
+    @app.get("/customers")
+    async def list_customers(page: Annotated[Page, Query()]) -> dict[str, object]:
+        return {}
+
+    @app.route("/files/{key:uuid}/{rest:path}", ["GET", "DELETE"])
+    async def file(request: Request) -> dict[str, str]:
+        """Untyped: the path parameters only."""
+        return {}
+
+    @app.delete("/sessions", status=204)
+    async def sign_out(request: Request) -> None:
+        return None
+
+    return app
+
+
+def test_document_validates_and_names_the_api() -> None:
+    document = shop().openapi()
+    validate(document)
+    assert document["openapi"] == "3.1.0"
+    assert document["info"] == {"title": "Shop", "version": "2.1"}
+    assert shop().openapi(title="Other", version="3")["info"] == {"title": "Other", "version": "3"}
+
+
+def test_every_parameter_kind_with_its_schema_and_constraints() -> None:
+    paths = shop().openapi()["paths"]
+    assert set(paths) == {"/shop/orders", "/shop/orders/{order_id}", "/customers", "/files/{key}/{rest}", "/sessions"}
+    place = paths["/shop/orders"]["post"]
+    assert place["parameters"] == [
+        {
+            "name": "x-client",
+            "in": "header",
+            "required": False,
+            "schema": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        },
+        {"name": "sid", "in": "cookie", "required": False, "schema": {"type": "string", "default": ""}},
+    ]
+    assert paths["/shop/orders/{order_id}"]["get"]["parameters"] == [
+        {"name": "order_id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}}
+    ]
+    listed = {p["name"]: p for p in paths["/shop/orders"]["get"]["parameters"]}
+    assert listed["limit"] == {
+        "name": "limit",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+    }
+    assert listed["status"]["schema"] == {"anyOf": [{"enum": ["open", "shipped"]}, {"type": "null"}]}
+    assert listed["ids"]["schema"]["anyOf"][0] == {"type": "array", "items": {"type": "integer"}}
+    gathered = paths["/customers"]["get"]["parameters"]
+    assert [(p["name"], p["in"], p["schema"].get("maximum")) for p in gathered] == [
+        ("limit", "query", 100),
+        ("offset", "query", None),
+    ]
+    # An untyped route: its path parameters, typed by their converters, and nothing else.
+    untyped = paths["/files/{key}/{rest}"]
+    assert set(untyped) == {"get", "delete"}
+    assert untyped["get"]["parameters"] == [
+        {"name": "key", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}},
+        {"name": "rest", "in": "path", "required": True, "schema": {"type": "string"}},
+    ]
+    assert untyped["get"]["responses"]["200"]["content"] == {"application/json": {"schema": {}}}
+
+
+def test_bodies_responses_and_errors_as_components() -> None:
+    document = shop().openapi()
+    schemas = document["components"]["schemas"]
+    place = document["paths"]["/shop/orders"]["post"]
+    assert place["requestBody"] == {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/NewOrder"}}},
+    }
+    assert schemas["NewOrder"]["properties"]["customer"] == {"type": "string", "minLength": 1, "maxLength": 80}
+    assert schemas["Line"]["properties"]["sku"]["pattern"] == "^[A-Z]{3}-[0-9]+$"
+    created = place["responses"]["201"]
+    assert created["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Order"}
+    assert created["headers"] == {"Cache-Control": {"schema": {"type": "string", "const": "no-store"}}}
+    assert {code: answer.get("$ref") for code, answer in place["responses"].items() if code != "201"} == {
+        "400": "#/components/responses/BadRequest",
+        "415": "#/components/responses/UnsupportedMediaType",
+        "422": "#/components/responses/ValidationFailed",
+    }
+    listed = document["paths"]["/shop/orders"]["get"]["responses"]
+    assert set(listed) == {"200", "422"}  # no body: neither 400 nor 415
+    assert listed["200"]["content"]["application/json"]["schema"] == {
+        "type": "array",
+        "items": {"$ref": "#/components/schemas/Order"},
+    }
+    assert set(document["paths"]["/shop/orders/{order_id}"]["get"]["responses"]) == {"200", "404", "422"}
+    assert document["paths"]["/sessions"]["delete"]["responses"] == {"204": {"description": "No Content"}}
+    responses = document["components"]["responses"]
+    assert set(responses) == {"BadRequest", "NotFound", "MethodNotAllowed", "UnsupportedMediaType", "ValidationFailed"}
+    assert responses["NotFound"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ErrorResponse"
+    }
+    validation = schemas["ValidationErrorBody"]["properties"]
+    assert validation["details"] == {"type": "array", "items": {"$ref": "#/components/schemas/ValidationProblem"}}
+    assert schemas["ValidationProblem"]["required"] == ["location", "message"]
+    assert responses["ValidationFailed"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ValidationErrorResponse"
+    }
+
+
+def test_summaries_tags_and_unique_operation_ids() -> None:
+    document = shop().openapi()
+    paths = document["paths"]
+    place = paths["/shop/orders"]["post"]
+    assert place["summary"] == "Place an order."
+    assert place["description"] == "The lines are kept in the order given."
+    assert "summary" not in paths["/customers"]["get"]
+    assert document["tags"] == [{"name": "orders"}]
+    assert place["tags"] == ["orders"]
+    assert paths["/shop/orders/{order_id}"]["get"]["tags"] == ["orders"]
+    assert "tags" not in paths["/customers"]["get"]  # not from a router
+    ids = [op["operationId"] for methods in paths.values() for op in methods.values()]
+    assert len(ids) == len(set(ids))
+    assert "orders.get" in ids and "orders.place_order" in ids
+    assert {paths["/files/{key}/{rest}"][m]["operationId"] for m in ("get", "delete")} == {"file", "file_delete"}
+
+
+async def test_document_and_docs_are_served_from_local_assets(aiorest_client: Any) -> None:
+    app = shop()
+    app.add_openapi_routes()
+    client = await aiorest_client(app)
+    async with client.get("/openapi.json") as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"] == "application/json"
+        served = await response.json()
+    assert served == app.openapi()
+    assert "/openapi.json" not in served["paths"] and "/docs" not in served["paths"]
+    for page, marker in (("/docs", "swagger-ui"), ("/redoc", "redoc")):
+        async with client.get(page) as response:
+            assert response.status == 200
+            assert response.headers["Content-Type"] == "text/html; charset=utf-8"
+            text = await response.text()
+        assert marker in text
+        assert "http://" not in text and "https://" not in text
+        assets = re.findall(r'(?:src|href|spec-url)="([^"]+)"', text)
+        assert assets and all(asset.startswith("/") for asset in assets)
+        for asset in assets:
+            async with client.get(asset) as response:
+                assert response.status == 200, asset
+                body = await response.read()
+                expected = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}.get(
+                    asset[asset.rfind(".") :], "application/json" if asset == "/openapi.json" else "image/png"
+                )
+                assert response.headers["Content-Type"] == expected, asset
+                assert len(body) > 50
+                if asset.startswith(("/docs/swagger-ui-bundle", "/docs/swagger-ui.css", "/redoc/redoc")):
+                    assert response.headers["Cache-Control"] == "public, max-age=86400"
+    async with client.get("/redoc") as response:
+        # ReDoc's "powered by" logo comes from its CDN: the browser is told not to fetch it.
+        assert response.headers["Content-Security-Policy"] == "img-src 'self' data:"
+    async with client.get("/docs/swagger-ui-init.js") as response:
+        init = await response.text()
+    assert '"/openapi.json"' in init and "validatorUrl: null" in init  # never sent to swagger.io's validator
+
+
+def test_docs_routes_are_opt_in_and_may_be_left_out() -> None:
+    app = App()
+
+    @app.get("/ping/{n:int}")
+    async def ping(request: Request) -> dict[str, str]:
+        return {}
+
+    assert [route.path for route in app.router.routes()] == ["/ping/{n:int}"]
+    app.add_openapi_routes("/api/openapi.json", docs_url=None, redoc_url=None)
+    assert {route.path for route in app.router.routes()} == {"/ping/{n:int}", "/api/openapi.json"}
+    document = app.openapi()
+    validate(document)
+    assert list(document["paths"]) == ["/ping/{n}"]
+    assert document["paths"]["/ping/{n}"]["get"]["parameters"][0]["schema"] == {"type": "integer"}
+
+
+def test_custom_converter_typed_by_its_convert() -> None:
+    class Hex:
+        regex = "[0-9a-f]+"
+
+        def convert(self, value: str) -> int:
+            return int(value, 16)
+
+        def to_string(self, value: int) -> str:
+            return format(value, "x")
+
+    app = App(convertors={"hex": Hex()})  # type: ignore[dict-item]
+
+    @app.get("/blocks/{n:hex}/{id:uuid}")
+    async def block(n: int, id: uuid.UUID) -> dict[str, int]:
+        return {}
+
+    parameters = app.openapi()["paths"]["/blocks/{n}/{id}"]["get"]["parameters"]
+    assert [p["schema"] for p in parameters] == [{"type": "integer"}, {"type": "string", "format": "uuid"}]
+
+
+def test_missing_bundle_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "openapi_ui_bundles", None)
+    with pytest.raises(RuntimeError, match=r"pip install 'aiorest\[openapi\]'"):
+        App().add_openapi_routes()
