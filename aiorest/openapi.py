@@ -19,9 +19,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .convertors import Convertor
+from .exceptions import HTTPError
 from .response import Response
 from .typed import _CONVERTOR_TYPES, VALIDATION_MESSAGE, HandlerSignature, Parameter
 
@@ -35,7 +36,29 @@ try:
 except ImportError:  # an optional dependency: the document says so when asked for
     msgspec = None  # type: ignore[assignment]
 
-__all__ = ["build_openapi", "OPENAPI_VERSION"]
+__all__ = ["build_openapi", "raises", "OPENAPI_VERSION"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def raises(*errors: type[HTTPError]) -> Callable[[_F], _F]:
+    """Say in the OpenAPI document that a handler may answer with these errors.
+
+    Each :class:`~aiorest.HTTPError` subclass adds its ``status`` to the
+    operation's responses, in the project's error shape: ``@raises(HTTPConflict)``
+    under the route's decorator. The handler is returned as it is; calling it
+    costs nothing more.
+    """
+    for error in errors:
+        if not (isinstance(error, type) and issubclass(error, HTTPError)):
+            raise TypeError(f"raises() takes HTTPError subclasses, not {error!r}")
+        HTTPStatus(error.status)  # a status the document can describe: ValueError otherwise
+
+    def declare(handler: _F) -> _F:
+        handler.__aiorest_raises__ = (*getattr(handler, "__aiorest_raises__", ()), *errors)  # type: ignore[attr-defined]
+        return handler
+
+    return declare
 
 #: The version of the OpenAPI specification the document follows.
 OPENAPI_VERSION = "3.1.0"
@@ -70,6 +93,14 @@ def build_openapi(app: App, *, title: str, version: str, description: str | None
     tags: dict[str, None] = {}
     for route, operation in operations:
         built = operation.build(schemas)
+        for raised in getattr(route.handler, "__aiorest_raises__", ()):
+            status = int(raised.status)
+            built["responses"].setdefault(
+                str(status),
+                {"$ref": f"#/components/responses/{_ERRORS[status]}"}
+                if status in _ERRORS
+                else {"description": HTTPStatus(status).phrase, "content": {_JSON: {"schema": schemas[error_ref]}}},
+            )
         built["operationId"] = _unique(operation.operation_id, route.method, operation_ids)
         if operation.tag is not None:
             built["tags"] = [operation.tag]

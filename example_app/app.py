@@ -18,7 +18,7 @@ MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 def create_app(database: Database | None = None) -> App:
     """A new App on ``database`` (default: a pool on ``$DATABASE_URL``, see ``database_from_env``)."""
     database = database or database_from_env()
-    app = App()
+    app = App(title="aiorest example: notes", version="1.0")
     database.setup(app)
 
     async def apply_migrations(app: App) -> None:
@@ -28,6 +28,7 @@ def create_app(database: Database | None = None) -> App:
     app.on_startup.append(apply_migrations)
     app.include(notes_router)
     app.include(techempower_router)
+    app.add_openapi_routes()  # /openapi.json, /docs (Swagger UI), /redoc
     return app
 
 

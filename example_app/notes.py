@@ -1,5 +1,10 @@
 """The notes resource: list, create, read, replace, patch, delete, with optimistic concurrency.
 
+The handlers are typed (docs/typed.rst): the bodies, the query and the
+``If-Match`` header are declared, and validated by aiorest before a handler
+runs, a bad one answered 422 with every problem's location; the answers are
+Structs, encoded by msgspec. ``/openapi.json`` describes all of it.
+
 A note's ``version`` is its ETag. PUT, PATCH and DELETE take the version they
 were based on, in ``If-Match`` or as ``"version"`` in the body; a stale one
 gets 412 and the client re-reads. Without either, PUT and PATCH get 428.
@@ -8,8 +13,12 @@ gets 412 and the client re-reads. Without either, PUT and PATCH get 428.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import datetime
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from aiorest import (
     HTTPBadRequest,
@@ -17,18 +26,84 @@ from aiorest import (
     HTTPNotFound,
     HTTPPreconditionFailed,
     HTTPUnprocessableEntity,
-    JSONResponse,
     Request,
     Response,
     Router,
 )
 from aiorest.db import Database
+from aiorest.openapi import raises
+from aiorest.typed import VALIDATION_MESSAGE, Header
 
 router = Router()
 
 MAX_LIMIT = 100
-_FIELDS: dict[str, type[Any]] = {"title": str, "body": str, "done": bool}
+MAX_ID = 2**63 - 1  # bigserial
 _COLUMNS = "id, title, body, done, version, created_at, updated_at"
+
+# 1 to 200 characters once the whitespace around it is stripped (the title is stored stripped).
+Title = Annotated[
+    str, Meta(pattern=r"^\s*\S(?:[\s\S]{0,198}\S)?\s*$", description="1 to 200 characters, whitespace around stripped")
+]
+Text = Annotated[str, Meta(max_length=10000)]
+Version = Annotated[int, Meta(ge=-(2**31), le=2**31 - 1)]  # the version column is an integer
+
+
+class HTTPPreconditionRequired(HTTPError):
+    """428: a write that names no version of the note it was based on."""
+
+    status = 428
+
+
+class NotePatch(Struct, kw_only=True, forbid_unknown_fields=True):
+    """The fields a PATCH changes (at least one), and the version it was based on, unless If-Match says.
+
+    ``id``, ``created_at`` and ``updated_at`` are accepted and ignored, so that a
+    note read may be sent back.
+    """
+
+    title: Title | UnsetType = UNSET
+    body: Text | UnsetType = UNSET
+    done: bool | UnsetType = UNSET
+    version: Version | None = None
+    id: Any = None
+    created_at: Any = None
+    updated_at: Any = None
+
+
+class NoteReplacement(NotePatch, kw_only=True, forbid_unknown_fields=True):
+    """A PUT: the title, the fields to change with it, the version it was based on."""
+
+    title: Title
+
+
+class NewNote(NotePatch, kw_only=True, forbid_unknown_fields=True):
+    """A POST: the title, and the body and done, which default to empty and false."""
+
+    title: Title
+    body: Text = ""
+    done: bool = False
+
+
+class Note(Struct):
+    """A note; ``version`` is its ETag, one more with each write."""
+
+    id: int
+    title: str
+    body: str
+    done: bool
+    version: int
+    created_at: datetime.datetime
+    updated_at: datetime.datetime
+
+
+class NotePage(Struct):
+    """A page of notes, and the URL of the next one (null on the last)."""
+
+    items: list[Note]
+    next: str | None
+
+
+_encode = msgspec.json.Encoder().encode
 
 
 def _db(request: Request) -> Database:
@@ -36,54 +111,17 @@ def _db(request: Request) -> Database:
     return db
 
 
-def _as_json(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        **row,
-        "created_at": row["created_at"].isoformat(),
-        "updated_at": row["updated_at"].isoformat(),
-    }
+def _note_response(row: dict[str, Any], status: int = 200) -> Response:
+    return Response(_encode(Note(**row)), status, {"ETag": f'"{row["version"]}"'}, "application/json")
 
 
-def _note_response(row: dict[str, Any], status: int = 200) -> JSONResponse:
-    return JSONResponse(_as_json(row), status=status, headers={"ETag": f'"{row["version"]}"'})
-
-
-def _validate(data: Any, *, partial: bool) -> dict[str, Any]:
-    """The note fields of a request body, or 422 with an error per field."""
-    if not isinstance(data, dict):
-        raise HTTPUnprocessableEntity("invalid note", details={"body": "must be a JSON object"})
-    errors: dict[str, str] = {}
-    fields: dict[str, Any] = {}
-    for name, kind in _FIELDS.items():
-        if name not in data:
-            if name == "title" and not partial:
-                errors[name] = "required"
-            continue
-        value = data[name]
-        if not isinstance(value, kind):
-            errors[name] = f"must be a {'string' if kind is str else 'boolean'}"
-        elif name == "title" and not 1 <= len(value.strip()) <= 200:
-            errors[name] = "must be 1 to 200 characters"
-        elif name == "body" and len(value) > 10000:
-            errors[name] = "must be at most 10000 characters"
-        else:
-            fields[name] = value.strip() if name == "title" else value
-    for name in data:
-        if name not in _FIELDS and name not in ("version", "id", "created_at", "updated_at"):
-            errors[name] = "unknown field"
-    if errors:
-        raise HTTPUnprocessableEntity("invalid note", details=errors)
-    return fields
-
-
-def _expected_versions(request: Request, data: Any) -> list[int] | Literal["*"] | None:
+def _expected_versions(if_match: str | None, version: int | None) -> list[int] | Literal["*"] | None:
     """The versions a write may apply to: ``If-Match`` first, else the body's ``version``.
 
     None: the request names none. ``"*"``: ``If-Match: *``, any version. A list:
     the versions of the ETags listed (a weak ETag, ``W/"3"``, never matches
     If-Match: RFC 9110, 13.1.1); it may be empty, and then nothing matches.
     """
-    if_match = request.headers.get("if-match")
     if if_match is not None:
         if if_match.strip() == "*":
             return "*"
@@ -98,12 +136,7 @@ def _expected_versions(request: Request, data: Any) -> list[int] | Literal["*"] 
             if digits.isascii() and digits.isdigit() and len(digits) < 19:
                 versions.append(int(digits))
         return versions
-    version = data.get("version") if isinstance(data, dict) else None
-    if version is None:
-        return None
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise HTTPUnprocessableEntity("invalid note", details={"version": "must be an integer"})
-    return [version]
+    return None if version is None else [version]
 
 
 def _version_condition(expected: list[int] | Literal["*"]) -> tuple[str, tuple[Any, ...]]:
@@ -148,12 +181,8 @@ async def _write_if_expected(
     return row
 
 
-MAX_ID = 2**63 - 1  # bigserial
-
-
-def _note_id(request: Request) -> int:
+def _note_id(note_id: int) -> int:
     """The path's note id; one past the column's range names no note."""
-    note_id: int = request.path_params["note_id"]
     if note_id > MAX_ID:
         raise HTTPNotFound("no such note")
     return note_id
@@ -163,39 +192,31 @@ def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _int_param(request: Request, name: str, default: int | None) -> int | None:
-    text = request.query.get(name)
-    if text is None or text == "":
-        return default
-    digits = text.removeprefix("-")
-    if not (digits.isascii() and digits.isdigit()):  # int() would take "1_0", " 5" and "٥"
-        raise HTTPUnprocessableEntity("invalid query", details={name: "must be an integer"})
-    try:
-        value = int(text)
-    except ValueError:  # more digits than int() converts
-        raise HTTPUnprocessableEntity("invalid query", details={name: "out of range"}) from None
-    if not (1 if name == "limit" else 0) <= value <= MAX_ID:
-        raise HTTPUnprocessableEntity("invalid query", details={name: "out of range"})
-    return value
+IfMatch = Annotated[str | None, Header("If-Match")]
 
 
 @router.get("/notes", name="notes")
-async def list_notes(request: Request) -> dict[str, Any]:
-    """Notes by id, ``limit`` (≤ 100) at a time after the ``after`` cursor; filters ``done`` and ``q``."""
-    limit = min(_int_param(request, "limit", 20) or 20, MAX_LIMIT)
-    after = _int_param(request, "after", 0) or 0
+async def list_notes(
+    request: Request,
+    limit: Annotated[int, Meta(ge=1, le=MAX_ID)] = 20,
+    after: Annotated[int, Meta(ge=0, le=MAX_ID)] = 0,
+    done: bool | None = None,
+    q: str | None = None,
+) -> NotePage:
+    """Notes by id, ``limit`` at a time after the ``after`` cursor; filters ``done`` and ``q``.
+
+    ``limit`` above 100 is taken as 100. ``q`` keeps the notes whose title contains it,
+    whatever the case. ``next`` keeps the limit and the filters.
+    """
+    limit = min(limit, MAX_LIMIT)
     where = ["id > %s"]
     params: list[Any] = [after]
-    done = request.query.get("done")
     if done is not None:
-        if done not in ("true", "false"):
-            raise HTTPUnprocessableEntity("invalid query", details={"done": "must be true or false"})
         where.append("done = %s")
-        params.append(done == "true")
-    text = request.query.get("q")
-    if text:
+        params.append(done)
+    if q:
         where.append("title ILIKE %s")
-        params.append("%" + _escape_like(text) + "%")
+        params.append("%" + _escape_like(q) + "%")
     rows = await _db(request).fetchall(
         f"SELECT {_COLUMNS} FROM notes WHERE {' AND '.join(where)} ORDER BY id LIMIT %s", (*params, limit + 1)
     )
@@ -205,19 +226,19 @@ async def list_notes(request: Request) -> dict[str, Any]:
     if more:
         query = f"after={rows[-1]['id']}&limit={limit}"
         if done is not None:
-            query += f"&done={done}"
-        if text:
-            query += f"&q={quote(text)}"
+            query += f"&done={'true' if done else 'false'}"
+        if q:
+            query += f"&q={quote(q)}"
         next_url = f"{request.url_for('notes')}?{query}"
-    return {"items": [_as_json(row) for row in rows], "next": next_url}
+    return NotePage([Note(**row) for row in rows], next_url)
 
 
-@router.post("/notes")
-async def create_note(request: Request) -> JSONResponse:
-    fields = _validate(await request.json(), partial=False)
+@router.post("/notes", status=201)
+async def create_note(request: Request, note: NewNote) -> Note | Response:
+    """Create a note: 201, its URL in ``Location``, its version in ``ETag``."""
     row = await _db(request).fetchone(
         f"INSERT INTO notes (title, body, done) VALUES (%s, %s, %s) RETURNING {_COLUMNS}",
-        (fields["title"], fields.get("body", ""), fields.get("done", False)),
+        (note.title.strip(), note.body, note.done),
     )
     assert row is not None
     response = _note_response(row, status=201)
@@ -226,25 +247,31 @@ async def create_note(request: Request) -> JSONResponse:
 
 
 @router.get("/notes/{note_id:int}", name="note")
-async def get_note(request: Request) -> JSONResponse:
-    row = await _db(request).fetchone(f"SELECT {_COLUMNS} FROM notes WHERE id = %s", (_note_id(request),))
+async def get_note(request: Request, note_id: int) -> Note | Response:
+    """A note, its version in ``ETag``."""
+    row = await _db(request).fetchone(f"SELECT {_COLUMNS} FROM notes WHERE id = %s", (_note_id(note_id),))
     if row is None:
         raise HTTPNotFound("no such note")
     return _note_response(row)
 
 
-async def _update(request: Request, *, partial: bool) -> JSONResponse:
-    data = await request.json()
-    fields = _validate(data, partial=partial)
-    expected = _expected_versions(request, data)
+async def _update(request: Request, note_id: int, note: NotePatch, if_match: str | None) -> Response:
+    expected = _expected_versions(if_match, note.version)
     if expected is None:
-        raise HTTPError("send If-Match with the note's ETag, or its version in the body", status=428)
+        raise HTTPPreconditionRequired("send If-Match with the note's ETag, or its version in the body")
+    fields = {
+        name: value.strip() if name == "title" else value
+        for name in ("title", "body", "done")
+        if (value := getattr(note, name)) is not UNSET
+    }
     if not fields:
-        raise HTTPUnprocessableEntity("invalid note", details={"body": "no field to change"})
+        raise HTTPUnprocessableEntity(
+            VALIDATION_MESSAGE, details=[{"location": "body", "message": "no field to change"}]
+        )
     assignments = ", ".join(f"{name} = %s" for name in fields)
     row = await _write_if_expected(
         request,
-        _note_id(request),
+        _note_id(note_id),
         expected,
         f"UPDATE notes SET {assignments}, version = version + 1, updated_at = now() FROM locked",
         tuple(fields.values()),
@@ -253,20 +280,32 @@ async def _update(request: Request, *, partial: bool) -> JSONResponse:
 
 
 @router.put("/notes/{note_id:int}")
-async def replace_note(request: Request) -> JSONResponse:
-    return await _update(request, partial=False)
+@raises(HTTPBadRequest, HTTPPreconditionFailed, HTTPPreconditionRequired)
+async def replace_note(request: Request, note_id: int, note: NoteReplacement, if_match: IfMatch = None) -> Note | Response:
+    """Replace a note's title, and its body and done when given.
+
+    The version it was based on goes in ``If-Match`` or as ``version``: 412 when
+    the note has another since, 428 without either.
+    """
+    return await _update(request, note_id, note, if_match)
 
 
 @router.patch("/notes/{note_id:int}")
-async def patch_note(request: Request) -> JSONResponse:
-    return await _update(request, partial=True)
+@raises(HTTPBadRequest, HTTPPreconditionFailed, HTTPPreconditionRequired)
+async def patch_note(request: Request, note_id: int, note: NotePatch, if_match: IfMatch = None) -> Note | Response:
+    """Change the fields given of a note.
+
+    The version it was based on goes in ``If-Match`` or as ``version``: 412 when
+    the note has another since, 428 without either.
+    """
+    return await _update(request, note_id, note, if_match)
 
 
-@router.delete("/notes/{note_id:int}")
-async def delete_note(request: Request) -> Response:
-    note_id = _note_id(request)
-    expected = _expected_versions(request, None)
+@router.delete("/notes/{note_id:int}", status=204)
+@raises(HTTPBadRequest, HTTPPreconditionFailed)
+async def delete_note(request: Request, note_id: int, if_match: IfMatch = None) -> None:
+    """Delete a note; with ``If-Match``, only at one of the versions it lists (else 412)."""
+    expected = _expected_versions(if_match, None)
     if expected is None:  # DELETE needs no precondition
         expected = "*"
-    await _write_if_expected(request, note_id, expected, "DELETE FROM notes USING locked", ())
-    return Response(status=204)
+    await _write_if_expected(request, _note_id(note_id), expected, "DELETE FROM notes USING locked", ())

@@ -297,19 +297,24 @@ def test_create_then_read_with_location_and_etag(server):
 @pytest.mark.parametrize(
     ("body", "details"),
     [
-        ({}, {"title": "required"}),
-        ({"title": ""}, {"title": "must be 1 to 200 characters"}),
-        ({"title": "x" * 201}, {"title": "must be 1 to 200 characters"}),
-        ({"title": 5, "done": "yes"}, {"title": "must be a string", "done": "must be a boolean"}),
-        ({"title": "ok", "body": "b" * 10001}, {"body": "must be at most 10000 characters"}),
-        ({"title": "ok", "colour": "red"}, {"colour": "unknown field"}),
-        ([1, 2], {"body": "must be a JSON object"}),
+        ({}, ("body.title", "Object missing required field `title`")),
+        ({"title": " "}, ("body.title", "Expected `str` matching regex")),
+        ({"title": "x" * 201}, ("body.title", "Expected `str` matching regex")),
+        ({"title": 5, "done": "yes"}, ("body.title", "Expected `str`, got `int`")),
+        ({"title": "ok", "body": "b" * 10001}, ("body.body", "Expected `str` of length <= 10000")),
+        ({"title": "ok", "colour": "red"}, ("body", "Object contains unknown field `colour`")),
+        ([1, 2], ("body", "Expected `object`, got `array`")),
     ],
 )
-def test_create_validation_is_422_with_an_error_per_field(server, body, details):
+def test_create_validation_is_422_with_where_and_what(server, body, details):
     reply = send(server, "POST", "/notes", body)
     assert reply.status == 422
-    assert reply.json() == error(422, "invalid note", details)
+    if server.name != "aiorest":
+        return  # the baseline validates by hand: its details name fields, not locations
+    answer = reply.json()["error"]
+    [problem] = answer.pop("details")
+    assert answer == {"status": 422, "message": "the request is not valid"}
+    assert problem["location"] == details[0] and problem["message"].startswith(details[1]), problem
 
 
 def test_bad_json_is_400_and_another_media_type_415(server):
@@ -355,9 +360,7 @@ def test_writes_need_the_current_version(server):
     assert by_body.status == 200 and by_body.json()["body"] == "now" and by_body.headers["ETag"] == '"3"'
     unconditional = send(server, "PATCH", url, {"body": "no precondition"})
     assert unconditional.json() == error(428, "send If-Match with the note's ETag, or its version in the body")
-    assert send(server, "PUT", url, {"body": "no title"}, {"If-Match": '"3"'}).json() == error(
-        422, "invalid note", {"title": "required"}
-    )
+    no_title = send(server, "PUT", url, {"body": "no title"}, {"If-Match": '"3"'})
     assert send(server, "PATCH", url, {"body": "x"}, {"If-Match": "3"}).json() == error(
         400, "If-Match must list ETags, e.g. '\"3\"', or be *"
     )
@@ -367,12 +370,18 @@ def test_writes_need_the_current_version(server):
     assert listed.status == 200 and listed.headers["ETag"] == '"4"'
     star = send(server, "PATCH", url, {"body": "any"}, {"If-Match": "*"})
     assert star.status == 200 and star.headers["ETag"] == '"5"'
-    assert send(server, "PATCH", url, {"body": "x", "version": "3"}).json() == error(
-        422, "invalid note", {"version": "must be an integer"}
+    string_version = send(server, "PATCH", url, {"body": "x", "version": "3"})
+    nothing = send(server, "PATCH", url, {"version": 3})
+    assert (no_title.status, string_version.status, nothing.status) == (422, 422, 422)
+    if server.name != "aiorest":
+        return  # the baseline validates by hand: its 422 details name fields, not locations
+    assert no_title.json() == error(
+        422, "the request is not valid", [{"location": "body.title", "message": "Object missing required field `title`"}]
     )
-    assert send(server, "PATCH", url, {"version": 3}).json() == error(
-        422, "invalid note", {"body": "no field to change"}
+    assert string_version.json() == error(
+        422, "the request is not valid", [{"location": "body.version", "message": "Expected `int | null`, got `str`"}]
     )
+    assert nothing.json() == error(422, "the request is not valid", [{"location": "body", "message": "no field to change"}])
 
 
 def test_delete_is_412_when_stale_then_204_then_404(server):
@@ -410,11 +419,18 @@ def test_list_pages_through_next(server):
 @pytest.mark.parametrize(
     ("query", "details"),
     [
-        ("limit=0", {"limit": "out of range"}),
-        ("limit=abc", {"limit": "must be an integer"}),
-        ("after=-1", {"after": "out of range"}),
-        ("done=maybe", {"done": "must be true or false"}),
+        ("limit=0", ("query.limit", "Expected `int` >= 1")),
+        ("limit=abc", ("query.limit", "Expected `int`, got `str`")),
+        ("after=-1", ("query.after", "Expected `int` >= 0")),
+        ("done=maybe", ("query.done", "Expected `bool | null`, got `str`")),
     ],
 )
 def test_list_rejects_a_bad_query_with_422(server, query, details):
-    assert call(server, "GET", f"/notes?{query}").json() == error(422, "invalid query", details)
+    location, message = details
+    reply = call(server, "GET", f"/notes?{query}")
+    assert reply.status == 422
+    if server.name != "aiorest":
+        return  # the baseline validates by hand: its details name fields, not locations
+    assert reply.json() == error(
+        422, "the request is not valid", [{"location": location, "message": message}]
+    )
