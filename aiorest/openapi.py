@@ -60,6 +60,7 @@ def raises(*errors: type[HTTPError]) -> Callable[[_F], _F]:
 
     return declare
 
+
 #: The version of the OpenAPI specification the document follows.
 OPENAPI_VERSION = "3.1.0"
 

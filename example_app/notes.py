@@ -281,7 +281,9 @@ async def _update(request: Request, note_id: int, note: NotePatch, if_match: str
 
 @router.put("/notes/{note_id:int}")
 @raises(HTTPBadRequest, HTTPPreconditionFailed, HTTPPreconditionRequired)
-async def replace_note(request: Request, note_id: int, note: NoteReplacement, if_match: IfMatch = None) -> Note | Response:
+async def replace_note(
+    request: Request, note_id: int, note: NoteReplacement, if_match: IfMatch = None
+) -> Note | Response:
     """Replace a note's title, and its body and done when given.
 
     The version it was based on goes in ``If-Match`` or as ``version``: 412 when

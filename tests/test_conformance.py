@@ -375,13 +375,12 @@ def test_writes_need_the_current_version(server):
     assert (no_title.status, string_version.status, nothing.status) == (422, 422, 422)
     if server.name != "aiorest":
         return  # the baseline validates by hand: its 422 details name fields, not locations
-    assert no_title.json() == error(
-        422, "the request is not valid", [{"location": "body.title", "message": "Object missing required field `title`"}]
-    )
-    assert string_version.json() == error(
-        422, "the request is not valid", [{"location": "body.version", "message": "Expected `int | null`, got `str`"}]
-    )
-    assert nothing.json() == error(422, "the request is not valid", [{"location": "body", "message": "no field to change"}])
+    invalid = "the request is not valid"
+    missing = "Object missing required field `title`"
+    assert no_title.json() == error(422, invalid, [{"location": "body.title", "message": missing}])
+    not_int = "Expected `int | null`, got `str`"
+    assert string_version.json() == error(422, invalid, [{"location": "body.version", "message": not_int}])
+    assert nothing.json() == error(422, invalid, [{"location": "body", "message": "no field to change"}])
 
 
 def test_delete_is_412_when_stale_then_204_then_404(server):
@@ -431,6 +430,4 @@ def test_list_rejects_a_bad_query_with_422(server, query, details):
     assert reply.status == 422
     if server.name != "aiorest":
         return  # the baseline validates by hand: its details name fields, not locations
-    assert reply.json() == error(
-        422, "the request is not valid", [{"location": location, "message": message}]
-    )
+    assert reply.json() == error(422, "the request is not valid", [{"location": location, "message": message}])

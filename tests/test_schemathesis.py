@@ -1,0 +1,86 @@
+"""schemathesis against the example app's own /openapi.json: no 5xx, no answer the document contradicts.
+
+The app runs as a process (``aiorest run example_app:app``) on the shared test
+database; schemathesis generates requests for every operation from the document
+the app serves, sends them, and checks each answer against it. Bounded: a few
+examples per operation, a fixed seed (derandomized), well under 30 s.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+from tests.test_conformance import COMMANDS, ROOT, Server, _free_port, _stop, _wait_until_serving
+
+schemathesis = pytest.importorskip("schemathesis")
+hypothesis = pytest.importorskip("hypothesis")
+
+MAX_EXAMPLES = 15  # per operation
+TIME_BOUND = 30.0  # seconds for the whole run
+
+
+@pytest.fixture
+def example_app(shared_database_url: str) -> Iterator[str]:
+    port = _free_port()
+    command = [sys.executable, *(part.replace("{port}", str(port)) for part in COMMANDS["aiorest"])]
+    env = {**os.environ, "DATABASE_URL": shared_database_url, "DATABASE_POOL_MIN": "2", "DATABASE_POOL_MAX": "4"}
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        running = Server("aiorest", port, process, log)
+        try:
+            _wait_until_serving(running)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            _stop(running)
+
+
+def test_the_example_app_answers_as_its_document_says(example_app: str) -> None:
+    from schemathesis import checks
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # schemathesis' dependencies, not ours
+        schema = schemathesis.openapi.from_url(f"{example_app}/openapi.json")
+    chosen = [
+        checks.not_a_server_error,
+        checks.status_code_conformance,
+        checks.content_type_conformance,
+        checks.response_schema_conformance,
+        checks.response_headers_conformance,
+    ]
+    deadline = time.monotonic() + TIME_BOUND
+    ran: dict[str, int] = {}
+    # The notes API: the TechEmpower routes are untyped, and the document says JSON for
+    # what they answer (text/plain, text/html): not checked here.
+    operations = [op for op in (result.ok() for result in schema.get_all_operations()) if op.path.startswith("/notes")]
+    assert {op.label for op in operations} >= {"GET /notes", "POST /notes", "PATCH /notes/{note_id}"}
+    for operation in operations:
+        if time.monotonic() > deadline:
+            break
+        label = operation.label
+        ran[label] = 0
+
+        @hypothesis.settings(
+            max_examples=MAX_EXAMPLES,
+            derandomize=True,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(hypothesis.HealthCheck),
+            phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
+        )
+        @hypothesis.given(case=operation.as_strategy())
+        def run(case) -> None:  # type: ignore[no-untyped-def]
+            ran[case.operation.label] += 1
+            case.call_and_validate(base_url=example_app, checks=chosen, timeout=5)
+
+        run()
+    print(f"schemathesis: {sum(ran.values())} examples over {len(ran)} operations")
+    assert len(ran) == len(operations), "the time bound cut the run short"
+    assert all(ran.values()), ran
