@@ -265,3 +265,31 @@ def test_missing_bundle_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setitem(sys.modules, "openapi_ui_bundles", None)
     with pytest.raises(RuntimeError, match=r"pip install 'aiorest\[openapi\]'"):
         App().add_openapi_routes()
+
+
+def test_raises_adds_each_declared_error_status_in_the_error_shape():
+    from aiorest import HTTPConflict, HTTPError, HTTPNotFound
+    from aiorest.openapi import raises
+
+    class Gone(HTTPError):
+        status = 410
+
+    app = App()
+
+    @app.delete("/items/{item_id:int}", status=204)
+    @raises(HTTPConflict, Gone, HTTPNotFound)
+    async def remove(item_id: int) -> None:
+        """Remove an item."""
+
+    document = app.openapi()
+    validate(document)
+    responses = document["paths"]["/items/{item_id}"]["delete"]["responses"]
+    assert set(responses) == {"204", "404", "409", "410", "422"}
+    assert responses["404"] == {"$ref": "#/components/responses/NotFound"}  # the shared component, once
+    error = {"$ref": "#/components/schemas/ErrorResponse"}
+    assert responses["409"] == {"description": "Conflict", "content": {"application/json": {"schema": error}}}
+    assert (
+        responses["410"]["description"] == "Gone" and responses["410"]["content"]["application/json"]["schema"] == error
+    )
+    with pytest.raises(TypeError, match="HTTPError subclasses"):
+        raises(ValueError)  # type: ignore[arg-type]
