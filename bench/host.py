@@ -15,6 +15,8 @@ from importlib import metadata
 
 # The packages whose versions a server's speed here depends on.
 PACKAGES = ("aiorest", "httptools", "uvloop", "ujson", "orjson", "aiohttp", "psycopg2-binary")
+# bench/typed.py's too (a missing one is left out)
+PACKAGES += ("msgspec", "fastapi", "pydantic", "pydantic-core", "litestar", "uvicorn")
 
 
 def cpu_model() -> str:

@@ -76,12 +76,15 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / CLOCK_TICKS
 
 
-def measure(server: ServerProcess, path: str, connections: int, seconds: float, db: bool) -> dict[str, float]:
+def measure(
+    server: ServerProcess, path: str, connections: int, seconds: float, db: bool, **wrk: Any
+) -> dict[str, float]:
+    """One run of wrk after a second of warm-up; ``wrk`` goes to run_wrk (a Lua script and its arguments)."""
     url = server.url + path
-    run_wrk(url, connections=connections, seconds=1)  # warm-up, discarded
+    run_wrk(url, connections=connections, seconds=1, **wrk)  # warm-up, discarded
     pg = postgres_pids() if db else []
     server_cpu, pg_cpu = cpu_seconds([server.process.pid, *child_pids(server.process.pid)]), cpu_seconds(pg)
-    result: WrkResult = run_wrk(url, connections=connections, seconds=seconds)
+    result: WrkResult = run_wrk(url, connections=connections, seconds=seconds, **wrk)
     server_cpu = cpu_seconds([server.process.pid, *child_pids(server.process.pid)]) - server_cpu
     pg_cpu = cpu_seconds(pg) - pg_cpu
     done = result.requests

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60000.0}
@@ -70,8 +71,17 @@ def parse(output: str) -> WrkResult:
     )
 
 
-def run_wrk(url: str, *, connections: int, seconds: float, cpu: int | None = 1, timeout_s: float = 2.0) -> WrkResult:
-    """Run wrk with one thread against ``url``, pinned to ``cpu``."""
+def run_wrk(
+    url: str,
+    *,
+    connections: int,
+    seconds: float,
+    cpu: int | None = 1,
+    timeout_s: float = 2.0,
+    script: str | None = None,
+    script_args: Sequence[str] = (),
+) -> WrkResult:
+    """Run wrk with one thread against ``url``, pinned to ``cpu``; ``script`` (Lua) gets ``script_args``."""
     # wrk reads whole numbers only: "2.0s" is a usage error
     command = [
         require_wrk(),
@@ -80,7 +90,9 @@ def run_wrk(url: str, *, connections: int, seconds: float, cpu: int | None = 1, 
         f"-d{round(seconds)}s",
         f"--timeout={round(timeout_s)}s",
         "--latency",
+        *(["-s", script] if script else []),
         url,
+        *(["--", *script_args] if script_args else []),
     ]
     if cpu is not None and shutil.which("taskset"):
         command = ["taskset", "-c", str(cpu), *command]

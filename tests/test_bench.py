@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -94,3 +96,35 @@ def test_a_run_records_its_host_and_the_versions_it_measured():
     assert isinstance(host["cores"], int) and len(host["load_average"]) == 3
     line = one_line(host)
     assert f"aiohttp {versions['aiohttp']}" in line and f"Python {host['python']}" in line
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
+def test_typed_bench_writes_its_figures_and_verdicts(tmp_path):
+    # the peers are in the bench extra; without them there is nothing to compare
+    pytest.importorskip("fastapi")
+    pytest.importorskip("litestar")
+    pytest.importorskip("uvicorn")
+    done = subprocess.run(
+        [sys.executable, "bench/typed.py", "--smoke", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["contenders"] == ["aiorest", "fastapi", "litestar"]
+    (cell,) = summary["table"].values()
+    for name in ("aiorest", "fastapi", "litestar"):
+        # every contender answered the valid body (200), and only that
+        assert cell[name]["rps"]["mean"] > 0 and cell[name]["errors"] == 0, cell[name]
+        assert cell[name]["server_cpu_us"] > 0
+    invalid = summary["invalid"]
+    assert invalid["rps"]["mean"] > 0 and invalid["answers_not_4xx"] == 0 and invalid["socket_errors"] == 0
+    assert [v["ratio"] for v in summary["verdicts"]] == ["aiorest/fastapi", "aiorest/litestar", "aiorest invalid/valid"]
+    assert all(v["verdict"].split()[0] in ("met", "missed", "undecided") for v in summary["verdicts"])
+    assert len(json.loads((tmp_path / "raw.json").read_text())) == 4  # three valid runs, aiorest's invalid one
+    assert "aiorest invalid/valid ≥ 0.9" in done.stdout
+    assert (tmp_path / "summary.md").read_text().count("\n") > 5
+    if importlib.util.find_spec("matplotlib"):
+        assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
