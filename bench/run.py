@@ -289,14 +289,18 @@ def main() -> None:
     summary = summarise_suite(raw, args.suite, [c.name for c in contenders], paths)
     summary["command"] = " ".join(sys.argv)
     summary["host"] = host
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    table = markdown(summary)
-    (out / "summary.md").write_text(f"`{summary['command']}`\n\n{one_line(host)}\n\n{table}\n")
-    plotted = plot(summary, out / "throughput.png")
-    print(table)
-    print(f"\nwritten to {out}" + ("" if plotted else " (no PNG: pip install matplotlib)"))
+    write_summary(out, summary, markdown(summary), plot)
     if failure:
         raise SystemExit(failure)
+
+
+def write_summary(out: Path, summary: Record, text: str, plot: Callable[[Record, Path], bool]) -> None:
+    """summary.json, summary.md (the command, the host, ``text``) and the plot in ``out``; ``text`` printed."""
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "summary.md").write_text(f"`{summary['command']}`\n\n{one_line(summary['host'])}\n\n{text}\n")
+    plotted = plot(summary, out / "throughput.png")
+    print(text)
+    print(f"\nwritten to {out}" + ("" if plotted else " (no PNG: pip install matplotlib)"))
 
 
 if __name__ == "__main__":

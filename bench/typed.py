@@ -30,9 +30,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: bench/ is a package
 
-from bench.host import describe, one_line  # noqa: E402
+from bench.host import describe  # noqa: E402
 from bench.process import ServerError, ServerProcess  # noqa: E402
-from bench.run import BASE, SERVERS, Contender, Record, markdown, measure, select, summarise_suite  # noqa: E402
+from bench.run import (  # noqa: E402
+    BASE,
+    SERVERS,
+    Contender,
+    Record,
+    markdown,
+    measure,
+    select,
+    summarise_suite,
+    write_summary,
+)
 from bench.stats import Summary, bar_chart, median, paired_ratio, summarise  # noqa: E402
 from bench.wrk import require_wrk  # noqa: E402
 
@@ -218,12 +228,7 @@ def main() -> None:
     summary |= {"connections": args.connections, "invalid": invalid_cell(raw), "command": " ".join(sys.argv)}
     summary["verdicts"] = verdicts(summary)
     summary["host"] = host
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    text = report(summary)
-    (out / "summary.md").write_text(f"`{summary['command']}`\n\n{one_line(host)}\n\n{text}\n")
-    plotted = plot(summary, out / "throughput.png")
-    print(text)
-    print(f"\nwritten to {out}" + ("" if plotted else " (no PNG: pip install matplotlib)"))
+    write_summary(out, summary, report(summary), plot)
     if failure:
         raise SystemExit(failure)
 

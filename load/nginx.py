@@ -26,18 +26,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from bench.process import free_port
 from load.procs import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 NGINX_BINARY = "/usr/sbin/nginx"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def probe(address: str | tuple[str, int], path: str = "/", timeout: float = 1.0) -> int | None:

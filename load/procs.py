@@ -28,16 +28,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from bench.process import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 
 __all__ = ["AiorestProcess", "free_port", "http_get", "stop_process"]
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (another process may take it before you bind it)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def stop_process(process: subprocess.Popen[Any], timeout: float, sig: int = signal.SIGTERM) -> int:

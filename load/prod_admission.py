@@ -30,6 +30,8 @@ import sys
 import time
 from typing import Any
 
+from bench.process import free_port
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_HERE)
 _REQUEST = b"GET /work HTTP/1.1\r\nHost: load\r\n\r\n"
@@ -170,12 +172,6 @@ def _client(port: int, connections: int, seconds: float, interval: float) -> Non
 # -- the measurement ---------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _run_client(port: int, connections: int, seconds: float, interval: float = 0.0) -> dict[str, Any]:
     command = [sys.executable, __file__, "--client", str(port), str(connections), str(seconds), str(interval)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 30, env=_env(), check=True)
@@ -207,7 +203,7 @@ def measure(
 
     ``max_queue`` and ``queue_timeout``: None for the server's defaults.
     """
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, __file__, "--serve", str(port), str(max_concurrency), str(work)]
     command += [json.dumps(max_queue), json.dumps(queue_timeout)]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=_env())

@@ -20,7 +20,6 @@ import os
 import pwd
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,19 +30,13 @@ from pathlib import Path
 from typing import IO
 from urllib.parse import parse_qs, urlsplit
 
-from bench.process import ServerProcess
+from bench.process import ServerProcess, free_port
 from load.procs import stop_process
 
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 WRK = shutil.which("wrk") or "/usr/bin/wrk"
 ROOT = Path(__file__).resolve().parent.parent
 MIGRATIONS = ROOT / "migrations"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager
@@ -66,7 +59,7 @@ def run_pgbouncer(
     owner = pwd.getpwuid(os.stat(host).st_uid).pw_name if host.startswith("/") else "nobody"
     directory = tempfile.mkdtemp(prefix="aiorest-pgbouncer-")
     os.chmod(directory, 0o755)
-    listen = port or _free_port()
+    listen = port or free_port()
     config = Path(directory) / "pgbouncer.ini"
     config.write_text(
         f"[databases]\n* = host={host} port={server_port} user={user}\n"

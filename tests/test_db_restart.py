@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ import uvloop
 from aiorest import App, Request
 from aiorest.db import Database, DatabaseUnavailable
 from aiorest.testing import TestClient
+from bench.process import free_port
 from tests.wire import get, read_response
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,13 +53,6 @@ async def pool(request):
 """
 LOST_LINE = re.compile(r"WARNING aiorest\.db: lost (\d+) connections? to PostgreSQL: .+; reconnecting$")
 NOISE = ("Traceback", "Unclosed", "ResourceWarning", "never retrieved", "Exception ignored", "RuntimeError")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Postgres:

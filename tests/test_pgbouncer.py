@@ -12,7 +12,6 @@ import asyncio
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import psycopg2
 import pytest
 
 from aiorest.db import Database, StatementTimeout, UniqueViolation
+from bench.process import free_port
 from load.procs import stop_process
 from load.prod_pooler import database_name, run_pgbouncer
 
@@ -38,12 +38,6 @@ def pooled(pg_server: str, database_url: str) -> Iterator[str]:
     """``database_url``'s database through PgBouncer in transaction mode (4 server connections)."""
     with run_pgbouncer(pg_server, pool_size=4) as template:
         yield template.format(database=database_name(database_url))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_prepared_statements_break_in_transaction_mode_and_the_pooler_setting_mends_it(pooled):

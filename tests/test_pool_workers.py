@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -23,17 +22,12 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from bench.process import free_port
 from load.procs import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 WRK = shutil.which("wrk")
 pytestmark = pytest.mark.skipif(WRK is None, reason="wrk is not installed (.ci/run installs it)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def server_limits(url: str) -> tuple[int, int]:
