@@ -10,8 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +19,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from aiorest import App, HTTPConflict, Server
 from aiorest.db import Database
+from tests.test_admission import serving as admission_serving
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@asynccontextmanager
-async def serving(app: App, **options: Any) -> AsyncIterator[tuple[Server, aiohttp.ClientSession]]:
-    server = Server(app, port=0, metrics=True, **options)
-    await server.start()
-    try:
-        async with aiohttp.ClientSession(server.url, connector=aiohttp.TCPConnector(limit=0)) as session:
-            yield server, session
-    finally:
-        await server.stop(timeout=2)
+def serving(app: App, **options: Any) -> AbstractAsyncContextManager[tuple[Server, aiohttp.ClientSession]]:
+    """tests.test_admission's server and client, with the metrics on."""
+    return admission_serving(app, metrics=True, **options)
 
 
 def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
