@@ -43,6 +43,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from .datastructures import raw_header
 from .requestid import format_request_id
 
 if TYPE_CHECKING:
@@ -271,14 +272,6 @@ class AccessLog:
         return failed
 
 
-def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
-    size = len(name)
-    for key, value in headers:
-        if len(key) == size and key.lower() == name:
-            return value
-    return None
-
-
 @functools.lru_cache(maxsize=4)
 def _clf_time(second: int) -> str:
     """``10/Oct/2000:13:55:36 +0000``: formatted once a second."""
@@ -303,8 +296,8 @@ def _combined_line(record: tuple[Any, ...]) -> str:
     else:
         target = _escape(raw_path) if not query else f"{_escape(raw_path)}?{query.translate(_ESCAPES)}"
         request_line = f"{method} {target} HTTP/{version}"
-    referer = _header(headers, b"referer")
-    agent = _header(headers, b"user-agent")
+    referer = raw_header(headers, b"referer")
+    agent = raw_header(headers, b"user-agent")
     remote = client[0] if client is not None else "-"
     return (
         f'{remote} - - [{_clf_time(int(stamp))}] "{request_line}" {status} {sent} '
@@ -316,8 +309,8 @@ def _combined_line(record: tuple[Any, ...]) -> str:
 def _json_line(record: tuple[Any, ...]) -> str:
     """The same fields as a JSON object on one line; only what a client sent may need escaping."""
     stamp, client, method, raw_path, query, version, status, sent, duration, route, rid, headers = record
-    referer = _header(headers, b"referer")
-    agent = _header(headers, b"user-agent")
+    referer = raw_header(headers, b"referer")
+    agent = raw_header(headers, b"user-agent")
     if raw_path:
         target = _json_string(raw_path.decode("latin-1") + (f"?{query}" if query else ""))
         request = f'"method":"{method}","target":{target},"protocol":"HTTP/{version}"'

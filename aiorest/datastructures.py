@@ -55,6 +55,16 @@ class MultiDict(Mapping[str, str]):
         return f"{type(self).__name__}({self._items!r})"
 
 
+def raw_header(raw: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    """The first value of header ``name`` (lower-case) in a request's raw headers, without
+    building :class:`Headers`: a request that needs one header pays for one scan."""
+    size = len(name)
+    for key, value in raw:
+        if len(key) == size and key.lower() == name:
+            return value
+    return None
+
+
 class Headers:
     """Case-insensitive, multi-valued HTTP headers, in the order given.
 

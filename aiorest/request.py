@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
 from .cookies import parse_cookie
-from .datastructures import Headers, MultiDict, State
+from .datastructures import Headers, MultiDict, State, raw_header
 from .exceptions import ClientDisconnected, HTTPBadRequest, HTTPError, HTTPUnsupportedMediaType
 from .jsoncodec import JSONCodec
 from .proxies import Forwarded, TrustedProxies, resolve_forwarded, valid_host
@@ -221,7 +221,8 @@ class Request:
     @property
     def content_type(self) -> str:
         """The media type of the body, lower-cased, without parameters ('' when absent)."""
-        return self.headers.get("content-type", "").partition(";")[0].strip().lower()
+        value = raw_header(self._raw_headers, b"content-type")  # one header: no Headers table built
+        return value.decode("latin-1").partition(";")[0].strip().lower() if value else ""
 
     def url_for(self, name: str, /, *, _external: bool = False, **params: Any) -> str:
         """The path of a named route (see ``App.url_for``); with ``_external=True`` an absolute
