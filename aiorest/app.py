@@ -17,7 +17,7 @@ from .datastructures import State
 from .exceptions import ClientDisconnected, HTTPError, HTTPUnprocessableEntity
 from .jsoncodec import JSONCodec, get_codec
 from .response import JSONResponse, Response, error_response, to_response
-from .routing import Handler, Route, RouteTable, _is_async, _RouteDecorators
+from .routing import Handler, Route, RouteHandler, RouteTable, _is_async, _RouteDecorators
 from .typed import TypedEndpoint
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ class App(_RouteDecorators):
         self,
         method: str,
         path: str,
-        handler: Handler,
+        handler: RouteHandler,
         *,
         name: str | None = None,
         status: int | None = None,

@@ -13,7 +13,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import quote
 
 from .convertors import DEFAULT_CONVERTORS, Convertor
@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["Route", "Router", "RouteTable", "NoMatchFound", "Handler", "METHODS"]
 
 Handler = Callable[["Request"], Awaitable[Any]]
-_H = TypeVar("_H", bound=Handler)
+# What a route is given: the request, then any typed parameters (aiorest.typed).
+RouteHandler = Callable[..., Awaitable[Any]]
+_H = TypeVar("_H", bound=RouteHandler)
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
@@ -58,7 +60,7 @@ class Route:
         self,
         method: str,
         path: str,
-        handler: Handler,
+        handler: RouteHandler,
         name: str | None = None,
         *,
         status: int | None = None,
@@ -86,8 +88,9 @@ class Route:
         self.status = status
         self.headers: Mapping[str, str] | None = MappingProxyType(dict(headers)) if headers else None
         self.signature: HandlerSignature | None = None
-        self.call: Handler = handler
-        self.endpoint: Handler = handler
+        # an untyped handler is called as it is, until bind() says otherwise
+        self.call: Handler = cast(Handler, handler)
+        self.endpoint: Handler = self.call
 
     def bind(self, convertors: Mapping[str, Convertor]) -> None:
         """Read the handler's declarations (see :func:`aiorest.typed.bind`) with the app's converters."""
@@ -116,7 +119,7 @@ class _RouteDecorators:
         self,
         method: str,
         path: str,
-        handler: Handler,
+        handler: RouteHandler,
         *,
         name: str | None = None,
         status: int | None = None,
@@ -212,7 +215,7 @@ class Router(_RouteDecorators):
         self,
         method: str,
         path: str,
-        handler: Handler,
+        handler: RouteHandler,
         *,
         name: str | None = None,
         status: int | None = None,
