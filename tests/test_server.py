@@ -289,14 +289,19 @@ async def test_a_unix_socket_served_by_another_server_is_neither_taken_nor_remov
         with pytest.raises(OSError, match="already"):
             await second.start()
         # Still there, and still the first server's.
-        reader, writer = await asyncio.open_unix_connection(path)
-        writer.write(GET_JSON)
-        [response], _ = await read_responses(reader, 1)
-        assert response.status == 200
-        await close(writer)
+        await assert_serves_json(path)
     finally:
         await first.stop()
     assert not os.path.exists(path)
+
+
+async def assert_serves_json(path: str) -> None:
+    """A server answers GET /json with 200 on the unix socket ``path``."""
+    reader, writer = await asyncio.open_unix_connection(path)
+    writer.write(GET_JSON)
+    [response], _ = await read_responses(reader, 1)
+    assert response.status == 200
+    await close(writer)
 
 
 async def test_a_file_in_the_unix_sockets_place_is_left_alone(tmp_path):
@@ -319,11 +324,7 @@ async def test_stop_leaves_a_unix_socket_bound_since_by_another_server(tmp_path)
     try:
         await old.stop()
         assert os.path.exists(path)
-        reader, writer = await asyncio.open_unix_connection(path)
-        writer.write(GET_JSON)
-        [response], _ = await read_responses(reader, 1)
-        assert response.status == 200
-        await close(writer)
+        await assert_serves_json(path)
     finally:
         await new.stop()
     assert not os.path.exists(path)
