@@ -10,7 +10,7 @@ from .limits import Limits
 from .request import Request
 from .requestid import request_id
 from .response import JSONResponse, Response, StreamResponse
-from .routing import Handler, NoMatchFound, Route, Router
+from .routing import Handler, NoMatchFound, Route, RouteOptions, Router
 from .server import Server, run
 from .typed import Body, Cookie, Header, Query
 
@@ -37,6 +37,7 @@ __all__ = [
     "Request",
     "Response",
     "Route",
+    "RouteOptions",
     "Router",
     "Server",
     "State",

@@ -10,14 +10,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from .convertors import Convertor
 from .datastructures import State
 from .exceptions import ClientDisconnected, HTTPError, HTTPUnprocessableEntity
 from .jsoncodec import JSONCodec, get_codec
 from .response import JSONResponse, Response, error_response, to_response
-from .routing import Handler, Route, RouteHandler, RouteTable, _is_async, _RouteDecorators
+from .routing import Handler, Middleware, Route, RouteHandler, RouteOptions, RouteTable, _is_async, _RouteDecorators
 from .typed import TypedEndpoint
 
 if TYPE_CHECKING:
@@ -28,7 +28,6 @@ __all__ = ["App", "Middleware", "Hook", "ExceptionHandler", "Lifespan", "Endpoin
 
 logger = logging.getLogger("aiorest.error")
 
-Middleware = Callable[["Request", Handler], Awaitable[Response]]
 Hook = Callable[["App"], Awaitable[None]]
 ExceptionHandler = Callable[["Request", Any], Awaitable[Any]]
 Lifespan = Callable[["App"], AbstractAsyncContextManager[None]]
@@ -96,30 +95,19 @@ class App(_RouteDecorators):
         self._wrapped = False  # middleware or layers wrap the endpoints: routing errors go through them too
         self._started = False
         for route in routes:
-            self.add_route(
-                route.method, route.path, route.handler, name=route.name, status=route.status, headers=route.headers
-            )
+            self.add_route(route.method, route.path, route.handler, **route.options())
 
     # -- registration ------------------------------------------------------------
 
-    def add_route(
-        self,
-        method: str,
-        path: str,
-        handler: RouteHandler,
-        *,
-        name: str | None = None,
-        status: int | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
+    def add_route(self, method: str, path: str, handler: RouteHandler, **options: Unpack[RouteOptions]) -> None:
         """Register ``handler`` for ``method`` on the path template ``path``.
 
         A typed handler's declarations are read and checked here (see :doc:`typed`):
         one that cannot work raises TypeError naming the handler and the parameter.
-        ``status`` and ``headers``: those of the responses made of what it returns.
+        ``options``: see :class:`RouteOptions`.
         """
         self._check_not_started("add a route")
-        route = Route(method, path, handler, name, status=status, headers=headers)
+        route = Route(method, path, handler, **options)
         route.bind(self.router.convertors)
         self.router.add(route)
 
@@ -223,7 +211,7 @@ class App(_RouteDecorators):
         for route in self.router.routes():
             if isinstance(route.call, TypedEndpoint):
                 route.call.raise_errors = answers_422  # else it returns its 422, which costs less
-            route.endpoint = self._wrap(self._chain(route.call), route.path, layers)
+            route.endpoint = self._wrap(self._chain(route.call, route.middleware), route.path, layers)
         self._static_endpoints = {
             path: {method: route.endpoint for method, route in methods.items()}
             for path, methods in self.router.static_routes().items()
@@ -287,11 +275,12 @@ class App(_RouteDecorators):
             endpoint = layer(endpoint, template)
         return endpoint
 
-    def _chain(self, handler: Handler) -> Handler:
-        if not self.middleware:
+    def _chain(self, handler: Handler, route_middleware: Sequence[Middleware] = ()) -> Handler:
+        """The app's middleware (outermost), then the route's, around ``handler``."""
+        if not self.middleware and not route_middleware:
             return handler
         endpoint: Handler = _Converting(handler)
-        for middleware in reversed(self.middleware):
+        for middleware in reversed((*self.middleware, *route_middleware)):
             # The server drives endpoints with ``yield from``, which takes coroutines
             # only: a middleware that is a plain function returning an awaitable is awaited.
             endpoint = _Link(middleware, endpoint) if _is_async(middleware) else _AwaitingLink(middleware, endpoint)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, cast
 from urllib.parse import quote
 
 from .convertors import DEFAULT_CONVERTORS, Convertor
@@ -24,13 +24,31 @@ from .typed import HandlerSignature, bind
 
 if TYPE_CHECKING:
     from .request import Request
+    from .response import Response
 
-__all__ = ["Route", "Router", "RouteTable", "NoMatchFound", "Handler", "METHODS"]
+__all__ = ["Route", "Router", "RouteOptions", "RouteTable", "NoMatchFound", "Handler", "Middleware", "METHODS"]
 
 Handler = Callable[["Request"], Awaitable[Any]]
+Middleware = Callable[["Request", Handler], Awaitable["Response"]]
+#: The attribute under which a decorator puts middleware on a handler, for each of its routes.
+HANDLER_MIDDLEWARE = "__aiorest_middleware__"
 # What a route is given: the request, then any typed parameters (aiorest.typed).
 RouteHandler = Callable[..., Awaitable[Any]]
 _H = TypeVar("_H", bound=RouteHandler)
+
+
+class RouteOptions(TypedDict, total=False):
+    """The options of a route, taken by :meth:`App.route`, :meth:`App.get`... and ``add_route``."""
+
+    #: The route's name, for :meth:`App.url_for`.
+    name: str | None
+    #: The status of the responses made of what the handler returns (a model, a dict, a list, None).
+    status: int | None
+    #: Headers added to those responses.
+    headers: Mapping[str, str] | None
+    #: The route's own middleware, inside the app's (and its routers').
+    middleware: Sequence[Middleware]
+
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
@@ -50,11 +68,24 @@ class Route:
     what a typed handler declares (None for one that takes only the request),
     and ``call`` what the app calls, the handler or its
     :class:`~aiorest.typed.TypedEndpoint`; the App sets both when it registers
-    the route. ``endpoint`` is ``call`` wrapped in the app's middleware; the App
-    sets it when it starts.
+    the route. ``middleware``: the route's own, inside the app's (its routers'
+    first, then what the route was given, then what decorators put on the
+    handler under ``__aiorest_middleware__``). ``endpoint`` is
+    ``call`` wrapped in all the middleware; the App sets it when it starts.
     """
 
-    __slots__ = ("method", "path", "handler", "name", "status", "headers", "signature", "call", "endpoint")
+    __slots__ = (
+        "method",
+        "path",
+        "handler",
+        "name",
+        "status",
+        "headers",
+        "middleware",
+        "signature",
+        "call",
+        "endpoint",
+    )
 
     def __init__(
         self,
@@ -65,6 +96,7 @@ class Route:
         *,
         status: int | None = None,
         headers: Mapping[str, str] | None = None,
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         method = method.upper()
         if not path.startswith("/"):
@@ -87,6 +119,11 @@ class Route:
         self.name = name
         self.status = status
         self.headers: Mapping[str, str] | None = MappingProxyType(dict(headers)) if headers else None
+        where = f"route {method} {path}"
+        self.middleware = _checked_middleware(middleware, where)
+        for middleware_ in _checked_middleware(getattr(handler, HANDLER_MIDDLEWARE, ()), where):
+            if middleware_ not in self.middleware:  # a route copied from another (Router.include) has it already
+                self.middleware += (middleware_,)
         self.signature: HandlerSignature | None = None
         # an untyped handler is called as it is, until bind() says otherwise
         self.call: Handler = cast(Handler, handler)
@@ -97,8 +134,23 @@ class Route:
         params = _compile(self.path, convertors).params
         self.signature, self.call = bind(self.handler, self.method, self.path, params, self.status, self.headers)
 
+    def options(self, **changed: Any) -> RouteOptions:
+        """The options the route was made with (a Router copies routes with them)."""
+        options = RouteOptions(name=self.name, status=self.status, headers=self.headers, middleware=self.middleware)
+        options.update(changed)  # type: ignore[typeddict-item]
+        return options
+
     def __repr__(self) -> str:
         return f"Route({self.method!r}, {self.path!r}, {_describe(self.handler)}, name={self.name!r})"
+
+
+def _checked_middleware(middleware: Any, where: str) -> tuple[Middleware, ...]:
+    if not isinstance(middleware, (list, tuple)):
+        raise TypeError(f"{where}: middleware must be a list of middleware, not {type(middleware).__name__}")
+    for one in middleware:
+        if not callable(one):
+            raise TypeError(f"{where}: middleware {one!r} is not callable")
+    return tuple(middleware)
 
 
 def _is_async(handler: object) -> bool:
@@ -115,31 +167,17 @@ def _describe(handler: object) -> str:
 class _RouteDecorators:
     """The decorator API shared by App and Router; subclasses implement ``add_route``."""
 
-    def add_route(
-        self,
-        method: str,
-        path: str,
-        handler: RouteHandler,
-        *,
-        name: str | None = None,
-        status: int | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
+    def add_route(self, method: str, path: str, handler: RouteHandler, **options: Unpack[RouteOptions]) -> None:
         raise NotImplementedError
 
     def route(
-        self,
-        path: str,
-        methods: Iterable[str] = ("GET",),
-        *,
-        name: str | None = None,
-        status: int | None = None,
-        headers: Mapping[str, str] | None = None,
+        self, path: str, methods: Iterable[str] = ("GET",), **options: Unpack[RouteOptions]
     ) -> Callable[[_H], _H]:
         """Register the decorated handler for ``path`` and every method in ``methods``.
 
-        ``status`` and ``headers`` are those of the responses made of what the
-        handler returns (a model, a dict, a list, None); a Response it returns is sent as it is.
+        The options are those of :class:`RouteOptions`: ``name``, ``status`` and
+        ``headers`` of the responses made of what the handler returns, and the
+        route's own ``middleware``.
         """
         if isinstance(methods, str):
             raise TypeError(f"methods must be a list of method names, e.g. [{methods!r}], not a string")
@@ -149,35 +187,30 @@ class _RouteDecorators:
 
         def decorator(handler: _H) -> _H:
             for method in methods:
-                self.add_route(method, path, handler, name=name, status=status, headers=headers)
+                self.add_route(method, path, handler, **options)
             return handler
 
         return decorator
 
-    def get(
-        self, path: str, *, name: str | None = None, status: int | None = None, headers: Mapping[str, str] | None = None
-    ) -> Callable[[_H], _H]:
-        return self.route(path, ["GET"], name=name, status=status, headers=headers)
+    def get(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[_H], _H]:
+        """``route(path, ["GET"], ...)``: the route answers HEAD too."""
+        return self.route(path, ["GET"], **options)
 
-    def post(
-        self, path: str, *, name: str | None = None, status: int | None = None, headers: Mapping[str, str] | None = None
-    ) -> Callable[[_H], _H]:
-        return self.route(path, ["POST"], name=name, status=status, headers=headers)
+    def post(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[_H], _H]:
+        """``route(path, ["POST"], ...)``."""
+        return self.route(path, ["POST"], **options)
 
-    def put(
-        self, path: str, *, name: str | None = None, status: int | None = None, headers: Mapping[str, str] | None = None
-    ) -> Callable[[_H], _H]:
-        return self.route(path, ["PUT"], name=name, status=status, headers=headers)
+    def put(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[_H], _H]:
+        """``route(path, ["PUT"], ...)``."""
+        return self.route(path, ["PUT"], **options)
 
-    def patch(
-        self, path: str, *, name: str | None = None, status: int | None = None, headers: Mapping[str, str] | None = None
-    ) -> Callable[[_H], _H]:
-        return self.route(path, ["PATCH"], name=name, status=status, headers=headers)
+    def patch(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[_H], _H]:
+        """``route(path, ["PATCH"], ...)``."""
+        return self.route(path, ["PATCH"], **options)
 
-    def delete(
-        self, path: str, *, name: str | None = None, status: int | None = None, headers: Mapping[str, str] | None = None
-    ) -> Callable[[_H], _H]:
-        return self.route(path, ["DELETE"], name=name, status=status, headers=headers)
+    def delete(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[_H], _H]:
+        """``route(path, ["DELETE"], ...)``."""
+        return self.route(path, ["DELETE"], **options)
 
     def include(self, router: Router, prefix: str = "", *, name: str | None = None) -> None:
         """Add every route of ``router`` under ``prefix``.
@@ -191,37 +224,25 @@ class _RouteDecorators:
             route_name = route.name
             if name is not None:
                 route_name = f"{name}.{route_name or getattr(route.handler, '__name__', 'route')}"
-            self.add_route(
-                route.method,
-                prefix + route.path,
-                route.handler,
-                name=route_name,
-                status=route.status,
-                headers=route.headers,
-            )
+            self.add_route(route.method, prefix + route.path, route.handler, **route.options(name=route_name))
 
 
 class Router(_RouteDecorators):
-    """A group of routes, included into an App (or another Router) under a prefix."""
+    """A group of routes, included into an App (or another Router) under a prefix.
 
-    def __init__(self, routes: Iterable[Route] = ()) -> None:
+    ``middleware`` applies to every route of the group, inside the app's
+    middleware and outside each route's own.
+    """
+
+    def __init__(self, routes: Iterable[Route] = (), *, middleware: Sequence[Middleware] = ()) -> None:
         self.routes: list[Route] = []
+        self.middleware: tuple[Middleware, ...] = _checked_middleware(middleware, "Router")
         for route in routes:
-            self.add_route(
-                route.method, route.path, route.handler, name=route.name, status=route.status, headers=route.headers
-            )
+            self.add_route(route.method, route.path, route.handler, **route.options())
 
-    def add_route(
-        self,
-        method: str,
-        path: str,
-        handler: RouteHandler,
-        *,
-        name: str | None = None,
-        status: int | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        self.routes.append(Route(method, path, handler, name, status=status, headers=headers))
+    def add_route(self, method: str, path: str, handler: RouteHandler, **options: Unpack[RouteOptions]) -> None:
+        options["middleware"] = (*self.middleware, *options.get("middleware", ()))
+        self.routes.append(Route(method, path, handler, **options))
 
 
 @dataclass(slots=True)

@@ -426,12 +426,26 @@ async def exercise_openapi_docs(module: ModuleType, client: Any) -> None:
             assert "https://" not in await response.text()
 
 
+async def exercise_route_middleware(module: ModuleType, client: Any) -> None:
+    async with client.get("/admin/stats") as response:
+        assert response.status == 403
+        assert (await response.json())["error"]["message"] == "admins only"
+    async with client.get("/admin/stats", headers={"X-Role": "admin"}) as response:
+        assert response.status == 200 and await response.json() == {"users": 3}
+        assert "Cache-Control" not in response.headers
+    async with client.get("/me") as response:
+        assert response.status == 200 and response.headers["Cache-Control"] == "no-store"
+    async with client.get("/public") as response:
+        assert response.status == 200 and "Cache-Control" not in response.headers
+
+
 EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "behind_proxy": exercise_behind_proxy,
     "inventory": exercise_inventory,
     "hello": exercise_hello,
     "notes": exercise_notes,
     "route_table": exercise_route_table,
+    "route_middleware": exercise_route_middleware,
     "dates": exercise_dates,
     "echo": exercise_echo,
     "replies": exercise_replies,

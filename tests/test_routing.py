@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from aiorest import App, NoMatchFound, Request, Route, Router
+from aiorest import App, HTTPError, NoMatchFound, Request, Route, Router
 from aiorest.testing import TestClient
 from tests.wire import read_response
 
@@ -592,3 +592,105 @@ async def test_an_options_handler_replaces_the_automatic_answer(aiorest_client):
     async with client.options("/cors") as response:
         assert response.status == 200
         assert await response.json() == {"preflight": "yes"}
+
+
+# -- middleware of a route and of a group --------------------------------------------------
+
+
+def _tagging(tag: str):  # type: ignore[no-untyped-def]
+    """A middleware that records, in order, that it ran, in the request's state and a header."""
+
+    async def middleware(request: Request, handler):  # type: ignore[no-untyped-def]
+        request.state.seen = [*getattr(request.state, "seen", []), tag]
+        try:
+            response = await handler(request)
+        except HTTPError as exc:  # answered outside the middleware: the header goes on the error
+            exc.headers = {**(exc.headers or {}), "X-Seen": ",".join(request.state.seen)}
+            raise
+        response.headers["X-Seen"] = ",".join(request.state.seen)
+        return response
+
+    middleware.__qualname__ = f"tag_{tag}"
+    return middleware
+
+
+async def seen(request: Request) -> dict[str, object]:
+    return {"seen": request.state.seen}
+
+
+async def test_route_middleware_runs_inside_the_apps_for_that_route_only(aiorest_client):
+    app = App(middleware=[_tagging("app")])
+    app.add_route("GET", "/with", seen, middleware=[_tagging("route1"), _tagging("route2")])
+
+    @app.get("/without")
+    async def without(request: Request) -> dict[str, object]:
+        return {"seen": request.state.seen}
+
+    client = await aiorest_client(app)
+    async with client.get("/with") as response:
+        assert await response.json() == {"seen": ["app", "route1", "route2"]}
+    async with client.get("/without") as response:
+        assert await response.json() == {"seen": ["app"]}
+    async with client.get("/missing") as response:  # a 404 reaches no route: only the app's ran
+        assert response.status == 404 and response.headers["X-Seen"] == "app"
+
+
+async def test_router_middleware_wraps_each_route_outer_router_first(aiorest_client):
+    inner = Router(middleware=[_tagging("inner")])
+    inner.add_route("GET", "/{id:int}", seen, middleware=[_tagging("route")])
+    outer = Router(middleware=[_tagging("outer")])
+    outer.include(inner, "/items")
+    app = App()
+    app.include(outer, "/v1")
+    app.add_route("GET", "/plain", whoami)
+    client = await aiorest_client(app)
+    async with client.get("/v1/items/7") as response:
+        assert await response.json() == {"seen": ["outer", "inner", "route"]}
+    async with client.get("/plain") as response:
+        assert "X-Seen" not in response.headers
+
+
+async def test_a_decorator_puts_middleware_on_the_handler_for_each_of_its_routes(aiorest_client):
+    def audited(handler):  # type: ignore[no-untyped-def]
+        handler.__aiorest_middleware__ = [_tagging("decorator")]
+        return handler
+
+    app = App()
+
+    @app.route("/a", ["GET", "POST"], middleware=[_tagging("route")])
+    @audited
+    async def a(request: Request) -> dict[str, object]:
+        return {"seen": request.state.seen}
+
+    router = Router(middleware=[_tagging("router")])
+    router.add_route("GET", "/b", audited(seen))
+    app.include(router, "/r")
+    client = await aiorest_client(app)
+    for method in ("GET", "POST"):
+        async with client.request(method, "/a") as response:
+            assert await response.json() == {"seen": ["route", "decorator"]}
+    async with client.get("/r/b") as response:  # copied by include: the decorator's middleware once
+        assert await response.json() == {"seen": ["router", "decorator"]}
+
+
+async def test_route_middleware_sees_a_typed_handlers_response_and_its_errors(aiorest_client):
+    app = App()
+
+    @app.get("/typed/{n:int}", middleware=[_tagging("route")])
+    async def typed(n: int, limit: int = 5) -> dict[str, int]:
+        return {"n": n, "limit": limit}
+
+    client = await aiorest_client(app)
+    async with client.get("/typed/3?limit=9") as response:
+        assert await response.json() == {"n": 3, "limit": 9} and response.headers["X-Seen"] == "route"
+    async with client.get("/typed/3?limit=x") as response:  # the 422 is a response the middleware sees
+        assert response.status == 422 and response.headers["X-Seen"] == "route"
+
+
+def test_middleware_that_is_not_a_list_of_callables_is_refused_naming_the_route():
+    with pytest.raises(TypeError, match=r"route GET /x: middleware must be a list"):
+        App().add_route("GET", "/x", whoami, middleware=_tagging("one"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"route GET /x: middleware 'nope' is not callable"):
+        App().add_route("GET", "/x", whoami, middleware=["nope"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"Router: middleware must be a list"):
+        Router(middleware=_tagging("one"))  # type: ignore[arg-type]
