@@ -16,6 +16,7 @@ import html
 import inspect
 import json
 import re
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from pathlib import Path
@@ -24,7 +25,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from .convertors import Convertor
 from .exceptions import HTTPError
 from .response import Response
-from .typed import _CONVERTOR_TYPES, VALIDATION_MESSAGE, HandlerSignature, Parameter
+from .typed import (
+    _CONVERTOR_TYPES,
+    VALIDATION_MESSAGE,
+    HandlerSignature,
+    Parameter,
+    _hinted,
+    _strip,
+    _union_args,
+)
 
 if TYPE_CHECKING:
     from .app import App
@@ -167,7 +176,10 @@ class _Operation:
                 for one in param.fields or (param,):
                     where = {"name": one.key, "in": param.source, "required": one.required}
                     self.parameters.append((where, types.add(one.annotation), None if one.required else one.default))
-        self.returns = types.add(signature.returns) if signature and signature.returns is not None else None
+        # The success answer's body: an index into the schemas, _ANY (JSON, nothing known) or None (no body
+        # known to be JSON: a Response, whose media type is the handler's, or None, which is no content).
+        returns = signature.returns if signature else None
+        self.returns: int | None = types.add(returns) if returns is not None else _returns(route.handler, types)
         self.validates = bool(signature and signature.parameters)
         self.operation_id = route.name or getattr(route.handler, "__name__", None) or type(route.handler).__name__
         self.tag = route.name.rpartition(".")[0] or None if route.name else None
@@ -189,8 +201,8 @@ class _Operation:
             operation["requestBody"] = {"required": param.required, "content": {_JSON: {"schema": schemas[index]}}}
         status = route.status or 200
         success: dict[str, Any] = {"description": HTTPStatus(status).phrase}
-        if status not in _NO_CONTENT:
-            schema = schemas[self.returns] if self.returns is not None else {}
+        if status not in _NO_CONTENT and self.returns is not None:
+            schema = schemas[self.returns] if self.returns != _ANY else {}
             success["content"] = {_JSON: {"schema": schema}}
         if route.headers:
             success["headers"] = {
@@ -208,6 +220,34 @@ class _Operation:
             responses[str(code)] = {"$ref": f"#/components/responses/{_ERRORS[code]}"}
         operation["responses"] = responses
         return operation
+
+
+_ANY = -1  # a JSON body of no known schema
+
+
+def _returns(handler: Any, types: _Types) -> int | None:
+    """What an untyped handler's (or a handler without a model's) return annotation says of its body.
+
+    No annotation: JSON of no known schema (a dict or a list is the usual
+    answer). A Response or None, alone or in a union: no JSON body to promise.
+    Any other annotation (``dict[str, int]``): its schema, when msgspec can make
+    one.
+    """
+    try:
+        hints = typing.get_type_hints(_hinted(handler), include_extras=True)
+    except Exception:
+        return _ANY
+    if "return" not in hints:
+        return _ANY
+    returns = hints["return"]
+    args = _union_args(_strip(returns)) or (returns,)
+    if any(arg is type(None) or (isinstance(arg, type) and issubclass(arg, Response)) for arg in args):
+        return None
+    try:
+        msgspec.json.schema(returns)
+    except (TypeError, ValueError, NameError):
+        return _ANY
+    return types.add(returns)
 
 
 def _path_params(template: str, convertors: dict[str, Convertor]) -> Iterable[tuple[str, Convertor]]:

@@ -11,7 +11,7 @@ import pytest
 from msgspec import Meta
 from openapi_spec_validator import validate
 
-from aiorest import App, Cookie, Header, Query, Request, Router
+from aiorest import App, Cookie, Header, Query, Request, Response, Router
 
 
 class Line(msgspec.Struct):
@@ -126,7 +126,37 @@ def test_every_parameter_kind_with_its_schema_and_constraints() -> None:
         {"name": "key", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}},
         {"name": "rest", "in": "path", "required": True, "schema": {"type": "string"}},
     ]
-    assert untyped["get"]["responses"]["200"]["content"] == {"application/json": {"schema": {}}}
+    # Its return annotation still says what it answers.
+    assert untyped["get"]["responses"]["200"]["content"] == {
+        "application/json": {"schema": {"type": "object", "additionalProperties": {"type": "string"}}}
+    }
+
+
+def test_an_untyped_handlers_return_annotation_says_what_the_document_promises() -> None:
+    app = App()
+
+    @app.get("/unannotated")
+    async def unannotated(request):  # type: ignore[no-untyped-def]
+        return {}
+
+    @app.get("/text")
+    async def text(request: Request) -> Response:
+        return Response("hi")
+
+    @app.get("/maybe")
+    async def maybe(request: Request) -> dict[str, int] | Response:
+        return {}
+
+    @app.get("/opaque")
+    async def opaque(request: Request) -> object:  # msgspec makes no schema of it: JSON, nothing known
+        return {}
+
+    paths = app.openapi()["paths"]
+    ok = {path: paths[path]["get"]["responses"]["200"] for path in paths}
+    assert ok["/unannotated"]["content"] == {"application/json": {"schema": {}}}
+    assert "content" not in ok["/text"]  # a Response: its media type is the handler's, not promised
+    assert "content" not in ok["/maybe"]
+    assert ok["/opaque"]["content"] == {"application/json": {"schema": {}}}
 
 
 def test_bodies_responses_and_errors_as_components() -> None:
