@@ -309,12 +309,13 @@ def test_create_then_read_with_location_and_etag(server):
 def test_create_validation_is_422_with_where_and_what(server, body, details):
     reply = send(server, "POST", "/notes", body)
     assert reply.status == 422
-    if server.name != "aiorest":
-        return  # the baseline validates by hand: its details name fields, not locations
     answer = reply.json()["error"]
-    [problem] = answer.pop("details")
+    problems = answer.pop("details")
     assert answer == {"status": 422, "message": "the request is not valid"}
-    assert problem["location"] == details[0] and problem["message"].startswith(details[1]), problem
+    assert problems[0]["location"] == details[0], problems
+    if server.name == "aiorest":  # msgspec's words, and its first problem only; the baseline's are its own
+        [problem] = problems
+        assert problem["message"].startswith(details[1]), problem
 
 
 def test_bad_json_is_400_and_another_media_type_415(server):
@@ -373,8 +374,13 @@ def test_writes_need_the_current_version(server):
     string_version = send(server, "PATCH", url, {"body": "x", "version": "3"})
     nothing = send(server, "PATCH", url, {"version": 3})
     assert (no_title.status, string_version.status, nothing.status) == (422, 422, 422)
+    located = [
+        [problem["location"] for problem in reply.json()["error"]["details"]]
+        for reply in (no_title, string_version, nothing)
+    ]
+    assert located == [["body.title"], ["body.version"], ["body"]]
     if server.name != "aiorest":
-        return  # the baseline validates by hand: its 422 details name fields, not locations
+        return  # the baseline validates by hand: same shape and locations, in words of its own
     invalid = "the request is not valid"
     missing = "Object missing required field `title`"
     assert no_title.json() == error(422, invalid, [{"location": "body.title", "message": missing}])

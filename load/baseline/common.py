@@ -69,6 +69,14 @@ class ApiError(Exception):
         return {"error": {"status": self.status, "message": self.message, "details": self.details}}
 
 
+def invalid(where: str, problems: dict[str, str]) -> ApiError:
+    """A 422 in the shape of aiorest's typed handlers: every problem with its location (``body.title``)."""
+    details = [
+        {"location": f"{where}.{name}" if name else where, "message": message} for name, message in problems.items()
+    ]
+    return ApiError(422, "the request is not valid", details=details)
+
+
 def not_found(path: str) -> ApiError:
     return ApiError(404, f"no route for {path}")
 
@@ -225,7 +233,7 @@ def _fetch_note(cur: Cursor) -> dict[str, Any] | None:
 def validate_note(data: Any, *, partial: bool) -> dict[str, Any]:
     """The note fields of a request body, or 422 with an error per field."""
     if not isinstance(data, dict):
-        raise ApiError(422, "invalid note", details={"body": "must be a JSON object"})
+        raise invalid("body", {"": "must be a JSON object"})
     errors: dict[str, str] = {}
     fields: dict[str, Any] = {}
     for name, kind in _FIELDS.items():
@@ -244,9 +252,9 @@ def validate_note(data: Any, *, partial: bool) -> dict[str, Any]:
             fields[name] = value.strip() if name == "title" else value
     for name in data:
         if name not in _FIELDS and name not in _READ_ONLY:
-            errors[name] = "unknown field"
+            errors.setdefault("", f"Object contains unknown field `{name}`")  # located at the body, as msgspec does
     if errors:
-        raise ApiError(422, "invalid note", details=errors)
+        raise invalid("body", errors)
     return fields
 
 
@@ -274,7 +282,7 @@ def expected_versions(if_match: str | None, data: Any) -> list[int] | Literal["*
     if version is None:
         return None
     if not isinstance(version, int) or isinstance(version, bool):
-        raise ApiError(422, "invalid note", details={"version": "must be an integer"})
+        raise invalid("body", {"version": "must be an integer"})
     return [version]
 
 
@@ -291,13 +299,13 @@ def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
     if text is None or text == "":
         return default
     if not (text.removeprefix("-").isascii() and text.removeprefix("-").isdigit()):
-        raise ApiError(422, "invalid query", details={name: "must be an integer"})
+        raise invalid("query", {name: "must be an integer"})
     try:
         value = int(text)
     except ValueError:  # more digits than int() converts
-        raise ApiError(422, "invalid query", details={name: "out of range"}) from None
+        raise invalid("query", {name: "out of range"}) from None
     if not (1 if name == "limit" else 0) <= value <= MAX_ID:
-        raise ApiError(422, "invalid query", details={name: "out of range"})
+        raise invalid("query", {name: "out of range"})
     return value
 
 
@@ -314,7 +322,7 @@ def list_notes(pool: Pool, query: Mapping[str, str]) -> dict[str, Any]:
     done = query.get("done")
     if done is not None:
         if done not in ("true", "false"):
-            raise ApiError(422, "invalid query", details={"done": "must be true or false"})
+            raise invalid("query", {"done": "must be true or false"})
         where.append("done = %s")
         params.append(done == "true")
     text = query.get("q")
@@ -367,7 +375,7 @@ def update_note(pool: Pool, note_id: int, data: Any, if_match: str | None, *, pa
     if expected is None:
         raise ApiError(428, "send If-Match with the note's ETag, or its version in the body")
     if not fields:
-        raise ApiError(422, "invalid note", details={"body": "no field to change"})
+        raise invalid("body", {"": "no field to change"})
     assignments = ", ".join(f"{name} = %s" for name in fields)
     with pool.cursor() as cur:
         note = None
