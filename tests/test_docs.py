@@ -507,3 +507,40 @@ def test_docs_build_without_warnings(tmp_path: Path) -> None:
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}"
     assert (tmp_path / "index.html").is_file()
+
+
+# -- the README's examples ------------------------------------------------------------------
+
+
+def _readme_example(index: int) -> aiorest.App:
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    namespace: dict[str, Any] = {"__name__": "readme"}
+    exec(compile(blocks[index], f"README.md, python block {index + 1}", "exec"), namespace)
+    app = namespace["app"]
+    assert isinstance(app, aiorest.App)
+    return app
+
+
+async def test_readme_first_example_answers_and_404s(aiorest_client: Any) -> None:
+    client = await aiorest_client(_readme_example(0))
+    async with client.get("/notes/1") as response:
+        assert await response.json() == {"id": 1, "text": "hello"}
+    async with client.get("/notes/2") as response:
+        assert response.status == 404 and (await response.json())["error"]["message"] == "no such note"
+
+
+async def test_readme_typed_example_validates_and_serves_its_document(aiorest_client: Any) -> None:
+    client = await aiorest_client(_readme_example(1))
+    async with client.post("/notes?tag=work", json={"text": "hi"}) as response:
+        assert response.status == 201 and await response.json() == {"text": "hi", "id": 1}
+    async with client.post("/notes", json={"text": 5}) as response:
+        assert response.status == 422
+        [problem] = (await response.json())["error"]["details"]
+        assert problem["location"] == "body.text"
+    async with client.get("/openapi.json") as response:
+        document = await response.json()
+        assert document["info"] == {"title": "Notes", "version": "1.0"}
+        parameters = document["paths"]["/notes"]["post"]["parameters"]
+        assert [(p["name"], p["in"]) for p in parameters] == [("tag", "query")]
+    async with client.get("/docs") as response:
+        assert response.status == 200 and "swagger-ui" in await response.text()
