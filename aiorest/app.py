@@ -217,6 +217,7 @@ class App(_RouteDecorators):
             for path, methods in self.router.static_routes().items()
         }
         self._static_endpoints.update(served)
+        self.router.set_preflights(lambda path, middleware: self._preflight_route(path, middleware, layers))
         self._routing_error_endpoint = self._wrap(self._chain(_raise_routing_error), None, layers)
         self._options_endpoint = self._wrap(self._chain(_answer_options), None, layers)
         self._wrapped = bool(self.middleware or layers)
@@ -269,6 +270,12 @@ class App(_RouteDecorators):
                 methods.setdefault("HEAD", route.handler)
         return served
 
+    def _preflight_route(self, path: str, middleware: Sequence[Middleware], layers: Sequence[EndpointLayer]) -> Route:
+        """The automatic answer to OPTIONS on ``path``, through the routes' preflight middleware (CORS)."""
+        route = Route("OPTIONS", path, _answer_options, middleware=middleware)
+        route.endpoint = self._wrap(self._chain(_answer_options, route.middleware), path, layers)
+        return route
+
     @staticmethod
     def _wrap(endpoint: Handler, template: str | None, layers: Sequence[EndpointLayer]) -> Handler:
         for layer in reversed(layers):
@@ -314,6 +321,8 @@ class App(_RouteDecorators):
         if route is None:
             request._allow = allow
             return self._options_endpoint(request)
+        if route.handler is _answer_options:  # the path's preflight route
+            request._allow = allow
         request._template = route.path
         return route.endpoint(request)
 
