@@ -17,7 +17,17 @@ from .datastructures import State
 from .exceptions import ClientDisconnected, HTTPError, HTTPUnprocessableEntity
 from .jsoncodec import JSONCodec, get_codec
 from .response import JSONResponse, Response, error_response, to_response
-from .routing import Handler, Middleware, Route, RouteHandler, RouteOptions, RouteTable, _is_async, _RouteDecorators
+from .routing import (
+    PREFLIGHT_MIDDLEWARE,
+    Handler,
+    Middleware,
+    Route,
+    RouteHandler,
+    RouteOptions,
+    RouteTable,
+    _is_async,
+    _RouteDecorators,
+)
 from .typed import TypedEndpoint
 
 if TYPE_CHECKING:
@@ -191,6 +201,7 @@ class App(_RouteDecorators):
         if self._started:
             raise RuntimeError("the app is already started")
         served = self._served_routes(routes)
+        self._check_preflight_middleware()
         step = ""
         try:
             if self.lifespan is not None:
@@ -269,6 +280,17 @@ class App(_RouteDecorators):
             if route.method == "GET":
                 methods.setdefault("HEAD", route.handler)
         return served
+
+    def _check_preflight_middleware(self) -> None:
+        """One CORS per path: an outer one would answer the preflights an inner one is meant to."""
+        in_app = [one for one in self.middleware if getattr(one, PREFLIGHT_MIDDLEWARE, False)]
+        if len(in_app) > 1:
+            raise ValueError(f"the app has {len(in_app)} CORS middleware: give it one")
+        for path, middleware in self.router.preflight_middleware().items():
+            if in_app:
+                raise ValueError(f"route '{path}' has CORS middleware, and so has the app: give CORS to one of them")
+            if len(middleware) > 1:
+                raise ValueError(f"the routes of '{path}' have {len(middleware)} CORS middleware: give them one")
 
     def _preflight_route(self, path: str, middleware: Sequence[Middleware], layers: Sequence[EndpointLayer]) -> Route:
         """The automatic answer to OPTIONS on ``path``, through the routes' preflight middleware (CORS)."""

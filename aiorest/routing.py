@@ -366,16 +366,26 @@ class RouteTable:
         entries = list(self._static.values()) + self._dynamic
         return [route for entry in entries for route in entry.methods.values()]
 
-    def set_preflights(self, make: Callable[[str, tuple[Middleware, ...]], Route]) -> None:
-        """Give each path whose routes have preflight middleware the route ``make(template,
-        middleware)`` that answers its OPTIONS requests (those no route handles)."""
+    def preflight_middleware(self) -> dict[str, tuple[Middleware, ...]]:
+        """Path template → the preflight middleware of its routes (each once), for the paths that have some."""
+        found: dict[str, tuple[Middleware, ...]] = {}
         for entry in (*self._static.values(), *self._dynamic):
             middleware: list[Middleware] = []
             for route in entry.methods.values():
                 for one in route.middleware:
                     if getattr(one, PREFLIGHT_MIDDLEWARE, False) and not any(one is seen for seen in middleware):
                         middleware.append(one)
-            entry.preflight = make(entry.template, tuple(middleware)) if middleware else None
+            if middleware:
+                found[entry.template] = tuple(middleware)
+        return found
+
+    def set_preflights(self, make: Callable[[str, tuple[Middleware, ...]], Route]) -> None:
+        """Give each path whose routes have preflight middleware the route ``make(template,
+        middleware)`` that answers its OPTIONS requests (those no route handles)."""
+        found = self.preflight_middleware()
+        for entry in (*self._static.values(), *self._dynamic):
+            middleware = found.get(entry.template)
+            entry.preflight = make(entry.template, middleware) if middleware else None
 
     def static_routes(self) -> dict[str, dict[str, Route]]:
         """Path → method → route, for the paths without parameters."""

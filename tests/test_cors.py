@@ -189,6 +189,32 @@ async def test_per_route_and_per_router_cors_answer_their_own_preflights(aiorest
         assert "Access-Control-Allow-Origin" not in response.headers
 
 
+async def test_cors_middleware_do_not_nest() -> None:
+    group = Router(middleware=[CORS([SITE])])
+
+    @group.get("/a")
+    async def a(request: Request) -> None:
+        return None
+
+    app = App(middleware=[CORS("*")])
+    app.include(group)
+    with pytest.raises(ValueError, match="route '/a' has CORS middleware, and so has the app"):
+        await app.startup()
+
+    app = App()
+    app.include(group)
+    app.add_route("PUT", "/a", a, middleware=[CORS([EVIL])])
+    with pytest.raises(ValueError, match="the routes of '/a' have 2 CORS middleware"):
+        await app.startup()
+
+    shared = CORS([SITE])  # one object on several routes of a path is fine
+    app = App()
+    app.add_route("GET", "/b", a, middleware=[shared])
+    app.add_route("PUT", "/b", a, middleware=[shared])
+    await app.startup()
+    await app.shutdown()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [
