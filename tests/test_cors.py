@@ -238,14 +238,17 @@ def test_configuration_is_checked(kwargs: dict[str, Any], error: str) -> None:
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PAGE = """<!doctype html><html><body><pre id="out">pending</pre><script>
-async function probe(url) {
-  try { const r = await fetch(url, {credentials: "include"}); return "ok " + JSON.stringify(await r.json()); }
+async function probe(url, init) {
+  try { const r = await fetch(url, {credentials: "include", ...init}); return "ok " + JSON.stringify(await r.json()); }
   catch (e) { return "blocked " + e.name; }
 }
+const put = (header) => ({method: "PUT", headers: {"Content-Type": "application/json", [header]: "1"}, body: "{}"});
 (async () => {
-  const a = await probe("http://localhost:%d/api");
-  const b = await probe("http://localhost:%d/api");
-  document.getElementById("out").textContent = "A=" + a + " B=" + b;
+  const a = await probe("http://localhost:%(allowed)d/api");
+  const b = await probe("http://localhost:%(denied)d/api");
+  const c = await probe("http://localhost:%(allowed)d/api", put("X-Token"));
+  const d = await probe("http://localhost:%(allowed)d/api", put("X-Other"));
+  document.getElementById("out").textContent = `A=${a} B=${b} C=${c} D=${d}`;
 })();
 </script></body></html>"""
 
@@ -272,13 +275,32 @@ async def test_a_real_browser_reads_only_what_cors_allows() -> None:
 
         return app
 
+    # the allowed API's CORS is its routes': the browser's preflights for PUT reach it too
+    allowed_api = App()
+    cors = CORS(
+        allow_origin_regex=r"http://127\.0\.0\.1:[0-9]+",  # the page's port is known once it listens
+        allow_methods=["GET", "PUT"],
+        allow_headers=["Content-Type", "X-Token"],
+        allow_credentials=True,
+    )
+
+    @allowed_api.get("/api", middleware=[cors])
+    async def read(request: Request) -> dict[str, bool]:
+        return {"secret": True}
+
+    @allowed_api.put("/api", middleware=[cors])
+    async def write(request: Request) -> dict[str, bool]:
+        return {"written": True}
+
     async with TestClient(page_app) as pages:
         origin = f"http://127.0.0.1:{pages.port}"
-        async with TestClient(api([origin])) as allowed, TestClient(api(["http://127.0.0.1:1"])) as denied:
-            holder["page"] = PAGE % (allowed.port, denied.port)
+        async with TestClient(allowed_api) as allowed, TestClient(api(["http://127.0.0.1:1"])) as denied:
+            holder["page"] = PAGE % {"allowed": allowed.port, "denied": denied.port}
             dom = await _dump_dom(f"{origin}/")
-    assert "A=ok {&quot;secret&quot;:true}" in dom or 'A=ok {"secret":true}' in dom, dom
+    assert 'A=ok {"secret":true}' in dom, dom
     assert "B=blocked TypeError" in dom, dom
+    assert 'C=ok {"written":true}' in dom, dom  # after a preflight the route's CORS answered
+    assert "D=blocked TypeError" in dom, dom  # X-Other refused by the preflight
 
 
 async def _dump_dom(url: str) -> str:
