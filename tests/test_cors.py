@@ -111,6 +111,25 @@ async def test_preflight_allowed(aiorest_client: Client) -> None:
         assert "Allow" not in response.headers  # answered by CORS, not by the app's OPTIONS
 
 
+async def test_preflight_never_runs_the_handler(aiorest_client: Client) -> None:
+    app = make_app(CORS([SITE]))
+    runs: list[str] = []
+
+    @app.route("/items", methods=["OPTIONS"])
+    async def options(request: Request) -> None:
+        runs.append(request.method)
+
+    client = await aiorest_client(app)
+    async with client.options("/items", headers={"Origin": SITE, PREFLIGHT: "GET"}) as response:
+        assert response.status == 204 and response.headers["Access-Control-Allow-Origin"] == SITE
+    async with client.options("/items", headers={"Origin": EVIL, PREFLIGHT: "GET"}) as response:
+        assert response.status == 403
+    assert runs == []
+    async with client.options("/items", headers={"Origin": SITE}) as response:  # no preflight: the handler
+        assert response.status == 204 and response.headers["Access-Control-Allow-Origin"] == SITE
+    assert runs == ["OPTIONS"]
+
+
 async def test_preflight_refusals(aiorest_client: Client) -> None:
     client = await aiorest_client(make_app(CORS([SITE], allow_methods=["GET", "PUT"], allow_headers=["X-Token"])))
     cases = [
