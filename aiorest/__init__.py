@@ -2,6 +2,7 @@
 
 from .app import App, ExceptionHandler, Hook, Lifespan, Middleware
 from .convertors import Convertor
+from .cors import CORS
 from .datastructures import Headers, MultiDict, State
 from .exceptions import *  # noqa: F403
 from .exceptions import __all__ as _exceptions_all
@@ -45,4 +46,5 @@ __all__ = [
     "request_id",
     "run",
     *_exceptions_all,
+    "CORS",
 ]

@@ -17,7 +17,17 @@ from .datastructures import State
 from .exceptions import ClientDisconnected, HTTPError, HTTPUnprocessableEntity
 from .jsoncodec import JSONCodec, get_codec
 from .response import JSONResponse, Response, error_response, to_response
-from .routing import Handler, Middleware, Route, RouteHandler, RouteOptions, RouteTable, _is_async, _RouteDecorators
+from .routing import (
+    PREFLIGHT_MIDDLEWARE,
+    Handler,
+    Middleware,
+    Route,
+    RouteHandler,
+    RouteOptions,
+    RouteTable,
+    _is_async,
+    _RouteDecorators,
+)
 from .typed import TypedEndpoint
 
 if TYPE_CHECKING:
@@ -191,6 +201,7 @@ class App(_RouteDecorators):
         if self._started:
             raise RuntimeError("the app is already started")
         served = self._served_routes(routes)
+        self._check_preflight_middleware()
         step = ""
         try:
             if self.lifespan is not None:
@@ -217,6 +228,7 @@ class App(_RouteDecorators):
             for path, methods in self.router.static_routes().items()
         }
         self._static_endpoints.update(served)
+        self.router.set_preflights(lambda path, middleware: self._preflight_route(path, middleware, layers))
         self._routing_error_endpoint = self._wrap(self._chain(_raise_routing_error), None, layers)
         self._options_endpoint = self._wrap(self._chain(_answer_options), None, layers)
         self._wrapped = bool(self.middleware or layers)
@@ -269,6 +281,23 @@ class App(_RouteDecorators):
                 methods.setdefault("HEAD", route.handler)
         return served
 
+    def _check_preflight_middleware(self) -> None:
+        """One CORS per path: an outer one would answer the preflights an inner one is meant to."""
+        in_app = [one for one in self.middleware if getattr(one, PREFLIGHT_MIDDLEWARE, False)]
+        if len(in_app) > 1:
+            raise ValueError(f"the app has {len(in_app)} CORS middleware: give it one")
+        for path, middleware in self.router.preflight_middleware().items():
+            if in_app:
+                raise ValueError(f"route '{path}' has CORS middleware, and so has the app: give CORS to one of them")
+            if len(middleware) > 1:
+                raise ValueError(f"the routes of '{path}' have {len(middleware)} CORS middleware: give them one")
+
+    def _preflight_route(self, path: str, middleware: Sequence[Middleware], layers: Sequence[EndpointLayer]) -> Route:
+        """The automatic answer to OPTIONS on ``path``, through the routes' preflight middleware (CORS)."""
+        route = Route("OPTIONS", path, _answer_options, middleware=middleware)
+        route.endpoint = self._wrap(self._chain(_answer_options, route.middleware), path, layers)
+        return route
+
     @staticmethod
     def _wrap(endpoint: Handler, template: str | None, layers: Sequence[EndpointLayer]) -> Handler:
         for layer in reversed(layers):
@@ -314,6 +343,8 @@ class App(_RouteDecorators):
         if route is None:
             request._allow = allow
             return self._options_endpoint(request)
+        if route.handler is _answer_options:  # the path's preflight route
+            request._allow = allow
         request._template = route.path
         return route.endpoint(request)
 

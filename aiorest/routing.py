@@ -32,6 +32,9 @@ Handler = Callable[["Request"], Awaitable[Any]]
 Middleware = Callable[["Request", Handler], Awaitable["Response"]]
 #: The attribute under which a decorator puts middleware on a handler, for each of its routes.
 HANDLER_MIDDLEWARE = "__aiorest_middleware__"
+#: A route's middleware with this attribute set (CORS) also runs around the App's
+#: automatic answer to OPTIONS on the route's path, so that it answers preflights.
+PREFLIGHT_MIDDLEWARE = "__aiorest_preflight__"
 # What a route is given: the request, then any typed parameters (aiorest.typed).
 RouteHandler = Callable[..., Awaitable[Any]]
 _H = TypeVar("_H", bound=RouteHandler)
@@ -255,6 +258,8 @@ class _PathEntry:
     pieces: list[str | tuple[str, Convertor]]
     methods: dict[str, Route] = field(default_factory=dict)
     allow: frozenset[str] = frozenset()
+    #: answers OPTIONS when no route does and the routes' middleware handles preflights
+    preflight: Route | None = None
 
     def add(self, route: Route) -> None:
         if route.method in self.methods:
@@ -361,6 +366,27 @@ class RouteTable:
         entries = list(self._static.values()) + self._dynamic
         return [route for entry in entries for route in entry.methods.values()]
 
+    def preflight_middleware(self) -> dict[str, tuple[Middleware, ...]]:
+        """Path template → the preflight middleware of its routes (each once), for the paths that have some."""
+        found: dict[str, tuple[Middleware, ...]] = {}
+        for entry in (*self._static.values(), *self._dynamic):
+            middleware: list[Middleware] = []
+            for route in entry.methods.values():
+                for one in route.middleware:
+                    if getattr(one, PREFLIGHT_MIDDLEWARE, False) and not any(one is seen for seen in middleware):
+                        middleware.append(one)
+            if middleware:
+                found[entry.template] = tuple(middleware)
+        return found
+
+    def set_preflights(self, make: Callable[[str, tuple[Middleware, ...]], Route]) -> None:
+        """Give each path whose routes have preflight middleware the route ``make(template,
+        middleware)`` that answers its OPTIONS requests (those no route handles)."""
+        found = self.preflight_middleware()
+        for entry in (*self._static.values(), *self._dynamic):
+            middleware = found.get(entry.template)
+            entry.preflight = make(entry.template, middleware) if middleware else None
+
     def static_routes(self) -> dict[str, dict[str, Route]]:
         """Path → method → route, for the paths without parameters."""
         return {path: dict(entry.methods) for path, entry in self._static.items()}
@@ -451,7 +477,7 @@ class RouteTable:
         if method == "HEAD" and get_route is not None:
             return get_route[0], get_route[1], frozenset(allow)
         if method == "OPTIONS":
-            return None, params, frozenset(allow)
+            return entry.preflight, params, frozenset(allow)
         raise HTTPMethodNotAllowed(allow, f"method {method} is not allowed for {path}")
 
     def url_for(self, name: str, /, **params: Any) -> str:

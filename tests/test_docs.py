@@ -439,6 +439,27 @@ async def exercise_route_middleware(module: ModuleType, client: Any) -> None:
         assert response.status == 200 and "Cache-Control" not in response.headers
 
 
+async def exercise_cors(module: ModuleType, client: Any) -> None:
+    site, account = "https://app.example.com", "https://account.example.com"
+    async with client.get("/catalog", headers={"Origin": site}) as response:
+        assert response.status == 200 and response.headers["Access-Control-Allow-Origin"] == site
+    async with client.get("/catalog", headers={"Origin": "https://evil.example"}) as response:
+        assert response.status == 200 and "Access-Control-Allow-Origin" not in response.headers
+    preflight = {
+        "Origin": account,
+        "Access-Control-Request-Method": "PUT",
+        "Access-Control-Request-Headers": "x-csrf-token",
+    }
+    async with client.options("/account/me", headers=preflight) as response:
+        assert response.status == 204 and response.headers["Access-Control-Allow-Origin"] == account
+        assert response.headers["Access-Control-Allow-Credentials"] == "true"
+        assert response.headers["Access-Control-Max-Age"] == "3600"
+    async with client.options("/account/me", headers={**preflight, "Origin": site}) as response:
+        assert response.status == 403
+    async with client.put("/account/me", headers={"Origin": account}) as response:
+        assert response.status == 200 and response.headers["Access-Control-Expose-Headers"] == "X-Request-Id"
+
+
 EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "behind_proxy": exercise_behind_proxy,
     "inventory": exercise_inventory,
@@ -456,6 +477,7 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "test_ping": exercise_test_ping,
     "typed_orders": exercise_typed_orders,
     "openapi_docs": exercise_openapi_docs,
+    "cors": exercise_cors,
 }
 
 
