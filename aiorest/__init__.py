@@ -1,6 +1,7 @@
 """aiorest: an asyncio HTTP/1.1 REST microframework with its own server."""
 
 from .app import App, ExceptionHandler, Hook, Lifespan, Middleware
+from .compression import Compression, Decompression
 from .convertors import Convertor
 from .cors import CORS
 from .datastructures import Headers, MultiDict, State
@@ -47,4 +48,7 @@ __all__ = [
     "run",
     *_exceptions_all,
     "CORS",
+    # compression
+    "Compression",
+    "Decompression",
 ]
