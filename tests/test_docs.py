@@ -460,6 +460,31 @@ async def exercise_cors(module: ModuleType, client: Any) -> None:
         assert response.status == 200 and response.headers["Access-Control-Expose-Headers"] == "X-Request-Id"
 
 
+async def exercise_compression(module: ModuleType, client: Any) -> None:
+    import gzip
+    import json
+
+    gzip_only = {"Accept-Encoding": "gzip"}
+    async with client.get("/api/notes", headers=gzip_only, auto_decompress=False) as response:
+        assert response.headers["Content-Encoding"] == "gzip"
+        assert response.headers["Vary"] == "Accept-Encoding"
+        body = await response.read()
+        assert len(json.loads(gzip.decompress(body))["notes"]) == 150
+        assert len(body) * 3 < len(gzip.decompress(body))
+    async with client.get("/api/notes/export", headers=gzip_only, auto_decompress=False) as response:
+        assert response.headers["Content-Encoding"] == "gzip" and "Content-Length" not in response.headers
+        assert len(gzip.decompress(await response.read()).splitlines()) == 150
+    async with client.get("/ping", headers=gzip_only, auto_decompress=False) as response:
+        assert "Content-Encoding" not in response.headers and await response.json() == {"pong": True}
+    upload = gzip.compress(json.dumps([{"title": "x"}] * 10).encode())
+    headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+    async with client.post("/api/notes/import", data=upload, headers=headers) as response:
+        assert await response.json() == {"imported": 10}
+    bomb = gzip.compress(b" " * 1_000_000)
+    async with client.post("/api/notes/import", data=bomb, headers=headers) as response:
+        assert response.status == 413
+
+
 EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "behind_proxy": exercise_behind_proxy,
     "inventory": exercise_inventory,
@@ -478,6 +503,7 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "typed_orders": exercise_typed_orders,
     "openapi_docs": exercise_openapi_docs,
     "cors": exercise_cors,
+    "compression": exercise_compression,
 }
 
 
