@@ -286,3 +286,27 @@ async def test_concurrent_conditional_writes_of_the_same_notes_add_up(client):
                 found = body["error"]["details"]["version"]
                 assert 1 <= found <= 1 + len(versions), (method, accepted, found)  # a version that existed
                 assert accepted != "*" and found not in accepted, (method, accepted, found)
+
+
+async def test_notes_are_compressed_techempower_routes_never(client):
+    import gzip
+    import json
+
+    for _ in range(20):
+        await create(client, body="some words " * 5)
+    gzip_please = {"Accept-Encoding": "gzip, br;q=0"}
+    async with client.get("/notes?limit=20", headers=gzip_please, auto_decompress=False) as response:
+        assert response.status == 200
+        assert response.headers["Content-Encoding"] == "gzip" and response.headers["Vary"] == "Accept-Encoding"
+        body = await response.read()
+        assert int(response.headers["Content-Length"]) == len(body)
+        assert len(json.loads(gzip.decompress(body))["items"]) == 20
+    for path in ("/json", "/plaintext", "/db", "/queries?queries=20", "/fortunes", "/updates?queries=20"):
+        async with client.get(path, headers=gzip_please, auto_decompress=False) as response:
+            assert response.status == 200, path
+            assert "Content-Encoding" not in response.headers and "Vary" not in response.headers, path
+            assert len(await response.read()) > 0
+    upload = gzip.compress(json.dumps({"title": unique()}).encode())
+    headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+    async with client.post("/notes", data=upload, headers=headers) as response:
+        assert response.status == 201, await response.text()
