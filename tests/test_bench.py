@@ -128,3 +128,21 @@ def test_typed_bench_writes_its_figures_and_verdicts(tmp_path):
     assert (tmp_path / "summary.md").read_text().count("\n") > 5
     if importlib.util.find_spec("matplotlib"):
         assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
+def test_batteries_smoke_measures_gzip_against_plain():
+    done = subprocess.run(
+        [sys.executable, "bench/batteries.py", "--smoke"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {
+        path: (float(rate), int(size), encoding)
+        for path, rate, size, encoding in re.findall(r"^(/\S+)\s+([\d.]+)\s+(\d+)\s+(\w+)", done.stdout, re.MULTILINE)
+    }
+    assert set(rows) == {"/big", "/gz/big", "/small", "/gz/small"}, done.stdout
+    assert rows["/gz/big"][2] == "gzip" and rows["/big"][2] == "identity"
+    assert rows["/gz/big"][1] * 3 < rows["/big"][1]  # bytes on the wire cut by more than 3
+    assert rows["/gz/small"][2] == "identity"  # below the threshold
+    assert all(rate > 0 for rate, _, _ in rows.values())
+    assert re.search(r"^/gz/big .* [\d.]+ \([\d.]+-[\d.]+\)$", done.stdout, re.MULTILINE), done.stdout
