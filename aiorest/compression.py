@@ -241,24 +241,16 @@ class Compression:
             return response
         body = response.render(request.app.json)
         size = len(body)
-        if size < self.minimum_size:
-            return response
-        if size > _SAMPLE_ABOVE:
-            sample = memoryview(body)[:_SAMPLE_SIZE]
-            if len(self._compress(coding, sample, fast=True)) > _MIN_GAIN * _SAMPLE_SIZE:
+        if size >= self.minimum_size and (
+            size <= _SAMPLE_ABOVE
+            or len(self._compress(coding, memoryview(body)[:_SAMPLE_SIZE], fast=True)) <= _MIN_GAIN * _SAMPLE_SIZE
+        ):
+            compressed = self._compress(coding, body)
+            if len(compressed) <= _MIN_GAIN * size:
+                response = _with_body(response, compressed)
+                response.headers["Content-Encoding"] = coding
                 return response
-        compressed = self._compress(coding, body)
-        if len(compressed) > _MIN_GAIN * size:
-            return response
-        if type(response) is Response:
-            response.body = compressed
-        else:  # a JSONResponse renders its data: send the bytes instead
-            plain = Response(compressed, status)
-            plain._media_type = response._media_type
-            plain._headers = response._headers
-            response = plain
-        response.headers["Content-Encoding"] = coding
-        return response
+        return _with_body(response, body)  # rendered once: the server does not render it again
 
     async def _stream(self, coding: str, content: Any) -> AsyncIterator[bytes]:
         compressor: _StreamCompressor = _Brotli(self.brotli_quality) if coding == "br" else _Gzip(self.level)
@@ -273,6 +265,18 @@ class Compression:
             aclose = getattr(content, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+
+def _with_body(response: Response, body: bytes | bytearray | memoryview) -> Response:
+    """``response`` sending ``body``: a JSONResponse (or any that renders) becomes a plain Response."""
+    if type(response) is Response:
+        response.body = body
+        return response
+    plain = Response(b"", response._status)
+    plain.body = body
+    plain._media_type = response._media_type
+    plain._headers = response._headers
+    return plain
 
 
 def _add_vary(response: Response) -> None:

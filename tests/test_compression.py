@@ -57,6 +57,14 @@ def make_app(**options: object) -> App:
     async def vary(request: Request) -> Response:
         return Response("v" * 2000, headers={"Vary": "Origin"})
 
+    @app.get("/vary-star")
+    async def vary_star(request: Request) -> Response:
+        return Response("v" * 2000, headers={"Vary": "*"})
+
+    @app.get("/typed-by-header")
+    async def typed_by_header(request: Request) -> Response:
+        return Response(b"\x00" * 2000, headers={"Content-Type": "image/webp"}, media_type="text/plain")
+
     @app.get("/stream")
     async def stream(request: Request) -> StreamResponse:
         async def lines() -> AsyncIterator[str]:
@@ -199,6 +207,12 @@ async def test_vary_appended(aiorest_client) -> None:
     async with client.get("/vary", headers={"Accept-Encoding": "gzip"}) as response:
         assert response.headers["Vary"] == "Origin, Accept-Encoding"
         assert response.headers["Content-Encoding"] == "gzip"
+    async with client.get("/vary-star", headers={"Accept-Encoding": "gzip"}) as response:
+        assert response.headers.getall("Vary") == ["*"]
+        assert response.headers["Content-Encoding"] == "gzip"
+    async with client.get("/typed-by-header", headers={"Accept-Encoding": "gzip"}) as response:
+        assert response.headers["Content-Type"] == "image/webp" and "Content-Encoding" not in response.headers
+        assert await response.read() == b"\x00" * 2000
 
 
 async def test_head_range_and_204_untouched(aiorest_client) -> None:
