@@ -351,9 +351,9 @@ class Decompression:
     An encoding it does not know (or several) gets 415 with ``Accept-Encoding``
     naming those it does; a corrupt or truncated stream gets 400. The handler
     then reads the expanded body with :meth:`Request.read`, :meth:`Request.json`
-    or :meth:`Request.stream`; the request's headers are left as sent.
-    A request without ``Content-Encoding`` (or with ``identity``) passes
-    untouched.
+    or :meth:`Request.stream`, and its headers as if it had been sent plain: no
+    ``Content-Encoding``, and ``Content-Length`` the expanded size. A request
+    without ``Content-Encoding`` (or with ``identity``) passes untouched.
     """
 
     def __init__(self, *, max_size: int | None = None) -> None:
@@ -363,11 +363,8 @@ class Decompression:
         self.codings: tuple[str, ...] = ("gzip", "deflate", "br") if BROTLI_AVAILABLE else ("gzip", "deflate")
 
     async def __call__(self, request: Request, handler: _Handler) -> Response:
-        encoding = raw_header(request._raw_headers, b"content-encoding")
-        if encoding is not None:
-            coding = encoding.decode("latin-1").strip().lower()
-            if coding and coding != "identity":
-                await self._expand(request, coding)
+        if raw_header(request._raw_headers, b"content-encoding") is not None:
+            await self._expand(request)
         return await handler(request)
 
     def _limit(self, request: Request) -> int:
@@ -376,8 +373,22 @@ class Decompression:
         limits = getattr(request._protocol, "_limits", None)  # the server's, when served
         return limits.max_body_size if isinstance(limits, Limits) else _DEFAULT_MAX_BODY
 
-    async def _expand(self, request: Request, coding: str) -> None:
+    async def _expand(self, request: Request) -> None:
+        raw = request._raw_headers
+        lines = [value for name, value in raw if len(name) == 16 and name.lower() == b"content-encoding"]
+        # Bounded like any header (the parser limits their size and number); identity means none.
+        codings = [
+            coding
+            for line in lines
+            for coding in (part.strip().lower() for part in line.decode("latin-1").split(","))
+            if coding and coding != "identity"
+        ]
+        if not codings:
+            return
+        coding = codings[0]
         decompressor: _Decompressor
+        if len(codings) > 1:
+            coding = ""  # several codings, applied in turn: refused rather than expanded twice
         if coding in ("gzip", "x-gzip"):
             decompressor = _Inflate(_GZIP_WBITS)
         elif coding == "deflate":
@@ -385,7 +396,8 @@ class Decompression:
         elif coding == "br" and _brotli is not None:
             decompressor = _Unbrotli()
         else:
-            exc = HTTPUnsupportedMediaType(f"unsupported request Content-Encoding {coding[:64]!r}")
+            shown = ", ".join(codings)[:64]
+            exc = HTTPUnsupportedMediaType(f"unsupported request Content-Encoding {shown!r}")
             exc.headers["Accept-Encoding"] = ", ".join(self.codings)
             raise exc
         limit = self._limit(request)
@@ -409,4 +421,10 @@ class Decompression:
             raise HTTPBadRequest(f"request body is not valid {coding}: {exc}") from None
         if received and not decompressor.finished:  # an empty body stays empty
             raise HTTPBadRequest(f"request body is a truncated {coding} stream")
-        request._body = b"".join(parts)
+        body = request._body = b"".join(parts)
+        # The request now reads as if sent plain: an inner Decompression leaves it alone.
+        request._raw_headers = [
+            (name, value) for name, value in raw if name.lower() not in (b"content-encoding", b"content-length")
+        ]
+        request._raw_headers.append((b"Content-Length", b"%d" % len(body)))
+        request._headers = None
