@@ -72,13 +72,22 @@ def compressible(media_type: str) -> bool:
     Anything else (images but SVG, audio, video, archives, woff2, octet-stream) is
     taken as already compressed or binary.
     """
-    kind = media_type.partition(";")[0].strip().lower()
-    return (
-        kind.startswith("text/")
-        or kind in _COMPRESSIBLE_APPLICATION
-        or kind.endswith(("+json", "+xml"))
-        or kind.endswith("javascript")
-    )
+    known = _COMPRESSIBLE.get(media_type)
+    if known is None:
+        kind = media_type.partition(";")[0].strip().lower()
+        known = (
+            kind.startswith("text/")
+            or kind in _COMPRESSIBLE_APPLICATION
+            or kind.endswith(("+json", "+xml"))
+            or kind.endswith("javascript")
+        )
+        if len(_COMPRESSIBLE) < 256:  # bounded: the types come from user code
+            _COMPRESSIBLE[media_type] = known
+    return known
+
+
+# media type as sent -> compressible; a response's type is one of a few
+_COMPRESSIBLE: dict[str, bool] = {}
 
 
 def parse_accept_encoding(header: str) -> dict[str, float]:

@@ -6,6 +6,8 @@ import asyncio
 import gzip
 import json
 import os
+import subprocess
+import sys
 import tracemalloc
 import zlib
 from collections.abc import AsyncIterator
@@ -13,7 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from aiorest import App, Compression, Decompression, JSONResponse, Limits, Request, Response, Router, StreamResponse
-from aiorest.compression import BROTLI_AVAILABLE, negotiate, parse_accept_encoding
+from aiorest.compression import BROTLI_AVAILABLE, compressible, negotiate, parse_accept_encoding
 from tests.wire import fetch, get
 
 BIG = {"items": [{"id": i, "name": f"note {i}", "done": i % 2 == 0} for i in range(200)]}  # ~10 KB of JSON
@@ -444,3 +446,39 @@ async def test_default_limit_is_the_servers(aiorest_client) -> None:
     )
     assert response.status == 413
     assert b"limit of 1000 bytes" in response.body
+
+
+def test_without_brotli_only_gzip_and_deflate() -> None:
+    script = (
+        "import sys; sys.modules['brotli'] = None\n"
+        "from aiorest.compression import BROTLI_AVAILABLE, Compression, Decompression\n"
+        "assert not BROTLI_AVAILABLE\n"
+        "assert Compression().codings == ('gzip',)\n"
+        "assert Decompression().codings == ('gzip', 'deflate')\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
+
+
+@pytest.mark.parametrize(
+    ("media_type", "expected"),
+    [
+        ("text/html; charset=utf-8", True),
+        ("application/json", True),
+        ("application/problem+json", True),
+        ("application/atom+xml", True),
+        ("text/javascript", True),
+        ("image/svg+xml", True),
+        ("image/png", False),
+        ("image/jpeg", False),
+        ("application/zip", False),
+        ("application/gzip", False),
+        ("font/woff2", False),
+        ("video/mp4", False),
+        ("audio/ogg", False),
+        ("application/octet-stream", False),
+    ],
+)
+def test_compressible(media_type: str, expected: bool) -> None:
+    assert compressible(media_type) is expected
