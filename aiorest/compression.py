@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from .datastructures import raw_header
@@ -17,6 +17,7 @@ from .exceptions import HTTPBadRequest, HTTPPayloadTooLarge, HTTPUnsupportedMedi
 from .limits import Limits
 from .request import Request
 from .response import Response, StreamResponse
+from .routing import Handler
 
 _brotli: Any
 try:  # the ``brotli`` extra (untyped: imported as Any)
@@ -27,8 +28,6 @@ except ImportError:  # pragma: no cover - the test extra installs it
 __all__ = ["Compression", "Decompression", "BROTLI_AVAILABLE"]
 
 BROTLI_AVAILABLE = _brotli is not None
-
-_Handler = Callable[[Request], Awaitable[Response]]
 
 # Accept-Encoding is the client's: only this much of it is read, and only this many codings.
 _MAX_ACCEPT_LENGTH = 512
@@ -223,8 +222,8 @@ class Compression:
             return bytes(_brotli.compress(bytes(data), quality=0 if fast else self.brotli_quality))
         return zlib.compress(data, 1 if fast else self.level, _GZIP_WBITS)
 
-    async def __call__(self, request: Request, handler: _Handler) -> Response:
-        response = await handler(request)
+    async def __call__(self, request: Request, handler: Handler) -> Response:
+        response: Response = await handler(request)
         status = response._status
         if status in (204, 206, 304) or not compressible(response._media_type):
             return response
@@ -371,10 +370,11 @@ class Decompression:
         self.max_size = max_size
         self.codings: tuple[str, ...] = ("gzip", "deflate", "br") if BROTLI_AVAILABLE else ("gzip", "deflate")
 
-    async def __call__(self, request: Request, handler: _Handler) -> Response:
+    async def __call__(self, request: Request, handler: Handler) -> Response:
         if raw_header(request._raw_headers, b"content-encoding") is not None:
             await self._expand(request)
-        return await handler(request)
+        response: Response = await handler(request)
+        return response
 
     def _limit(self, request: Request) -> int:
         if self.max_size is not None:
