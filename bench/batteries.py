@@ -1,48 +1,174 @@
-"""What the batteries cost: a route with a battery against the same route without it.
+"""What each battery costs: a route with it against the same route without it, in one run.
 
-    python bench/batteries.py --rounds 10          # compression: gzip on a 10 KB and a 100 B JSON route
+    python bench/batteries.py --rounds 10          # every battery, 10 interleaved rounds of 5 s
     python bench/batteries.py --smoke              # one round of 1 s: a check, not a measurement
 
-One server process (bench/servers/compression_app.py) serves each route twice,
-plain and under ``Compression``, pinned to CPU 0 like bench/run.py; wrk (pinned to
-CPU 1) asks for gzip on both, so they differ by the middleware only. The order of
-the pair alternates from round to round. Printed per route: requests/s of each,
-their ratio (compressed over plain, paired by round) and the bytes on the wire of
-one response, head included.
+One server process (bench/servers/batteries_app.py) serves each route twice,
+plain and with the battery, pinned to CPU 0 like bench/run.py; wrk (pinned to
+CPU 1, bench/headers.lua) sends both the same headers, so the pair differs by
+the battery only. The order within a pair alternates from round to round.
+Printed per battery: requests/s of each, the ratio battery/plain (paired by
+round, mean and 95% CI), server CPU per request, and the bytes on the wire of
+one response, head included. Then the compression bar: a 10 KB JSON body cut
+by at least 3× on the wire, a 100 B one untouched. Results and a plot go to
+bench/out/<time>-batteries/.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import socket
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: bench/ is a package
 
+from bench.host import describe  # noqa: E402
 from bench.process import ServerProcess  # noqa: E402
-from bench.run import SERVERS, measure  # noqa: E402
-from bench.stats import median, paired_ratio  # noqa: E402
+from bench.run import SERVERS, measure, write_summary  # noqa: E402
+from bench.stats import Summary, bar_chart, median, paired_ratio, summarise  # noqa: E402
 from bench.wrk import require_wrk  # noqa: E402
 
-LUA = str(Path(__file__).resolve().parent / "accept_gzip.lua")
-ROUTES = ["/big", "/small"]  # each also served under /gz with Compression
+ROOT = Path(__file__).resolve().parent.parent
+LUA = str(Path(__file__).resolve().parent / "headers.lua")
+ORIGIN = "https://app.example.org"  # batteries_app's allowed origin
 
 
-def wire_bytes(port: int, path: str) -> tuple[int, str]:
-    """Bytes of one response to a GET asking for gzip (head and body), and its Content-Encoding."""
-    request = f"GET {path} HTTP/1.1\r\nHost: bench\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n"
+@dataclasses.dataclass(frozen=True)
+class Battery:
+    """One comparison: ``path`` with the battery, ``plain`` without it, both sent ``headers``."""
+
+    name: str
+    plain: str
+    path: str
+    headers: tuple[str, ...]
+
+
+BATTERIES = [
+    Battery("gzip, 10 KB JSON", "/big", "/gz/big", ("Accept-Encoding: gzip",)),
+    Battery("gzip, 100 B JSON", "/small", "/gz/small", ("Accept-Encoding: gzip",)),
+    Battery("CORS, simple request", "/small", "/cors/small", (f"Origin: {ORIGIN}",)),
+]
+
+
+def wire_bytes(port: int, path: str, headers: tuple[str, ...]) -> tuple[int, int, str]:
+    """Bytes of one response to a GET with ``headers``: head and body, the body alone; its Content-Encoding."""
+    head_lines = "".join(f"{line}\r\n" for line in headers)
+    request = f"GET {path} HTTP/1.1\r\nHost: bench\r\n{head_lines}Connection: close\r\n\r\n"
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(request.encode())
         data = bytearray()
         while chunk := sock.recv(65536):
             data += chunk
-    head = bytes(data).partition(b"\r\n\r\n")[0].decode("latin-1").lower()
-    encoding = next(
-        (line.split(":", 1)[1].strip() for line in head.split("\r\n") if line.startswith("content-encoding:")), ""
-    )
-    return len(data), encoding or "identity"
+    head, _, body = bytes(data).partition(b"\r\n\r\n")
+    fields = dict(line.split(":", 1) for line in head.decode("latin-1").lower().split("\r\n")[1:])
+    return len(data), len(body), fields.get("content-encoding", "identity").strip()
+
+
+def run_rounds(rounds: int, seconds: float, connections: int) -> list[dict[str, Any]]:
+    raw: list[dict[str, Any]] = []
+    for number in range(rounds):
+        server = ServerProcess(
+            "aiorest", [sys.executable, str(SERVERS / "batteries_app.py"), "--port", "{port}"], dict(os.environ)
+        )
+        try:
+            server.wait_ready("/small")
+            for battery in BATTERIES:
+                pair = [battery.plain, battery.path]
+                for path in pair if number % 2 == 0 else pair[::-1]:
+                    print(f"round {number + 1}/{rounds}  {battery.name:22s} {path}", file=sys.stderr, flush=True)
+                    figures = measure(
+                        server, path, connections, seconds, False, script=LUA, script_args=battery.headers
+                    )
+                    size, body, encoding = wire_bytes(server.port, path, battery.headers)
+                    raw.append(
+                        {"round": number, "battery": battery.name, "path": path, **figures}
+                        | {"wire_bytes": size, "body_bytes": body, "encoding": encoding}
+                    )
+        finally:
+            server.stop()
+    return raw
+
+
+def summarise_run(raw: list[dict[str, Any]]) -> dict[str, Any]:
+    cells = {}
+    for battery in BATTERIES:
+        runs = {
+            path: [r for r in raw if r["battery"] == battery.name and r["path"] == path]
+            for path in (battery.plain, battery.path)
+        }
+        with_, without = runs[battery.path], runs[battery.plain]
+        paired = min(len(with_), len(without))
+        ratio = paired_ratio(
+            [r["requests_per_sec"] for r in with_[:paired]], [r["requests_per_sec"] for r in without[:paired]]
+        )
+        cells[battery.name] = {
+            "plain": battery.plain,
+            "path": battery.path,
+            "rps": summarise([r["requests_per_sec"] for r in with_]).__dict__,
+            "plain_rps": summarise([r["requests_per_sec"] for r in without]).__dict__,
+            "ratio": ratio.__dict__,
+            "server_cpu_us": median([r["server_cpu_us_per_request"] for r in with_]),
+            "plain_server_cpu_us": median([r["server_cpu_us_per_request"] for r in without]),
+            "wire_bytes": with_[0]["wire_bytes"],
+            "plain_wire_bytes": without[0]["wire_bytes"],
+            "body_bytes": with_[0]["body_bytes"],
+            "plain_body_bytes": without[0]["body_bytes"],
+            "encoding": with_[0]["encoding"],
+            "errors": sum(r["errors"] for r in with_ + without),
+        }
+    return cells
+
+
+def bar(cells: dict[str, Any]) -> list[tuple[str, bool]]:
+    big, small = cells["gzip, 10 KB JSON"], cells["gzip, 100 B JSON"]
+    cut = big["plain_wire_bytes"] / big["wire_bytes"]
+    return [
+        (
+            f"gzip cuts a 10 KB JSON body's bytes on the wire by ≥ 3×: {cut:.1f}× ({big['plain_wire_bytes']:,} → "
+            f"{big['wire_bytes']:,} B)",
+            cut >= 3,
+        ),
+        (
+            f"a 100 B JSON body goes untouched: {small['encoding']}, a body of {small['body_bytes']} B against "
+            f"{small['plain_body_bytes']} B (the head gains Vary: Accept-Encoding)",
+            small["encoding"] == "identity" and small["body_bytes"] == small["plain_body_bytes"],
+        ),
+    ]
+
+
+def report(summary: dict[str, Any]) -> str:
+    lines = [
+        "| battery | route | req/s with (95% CI) | req/s without | ratio with/without (95% CI) "
+        "| server CPU µs/req with, without | bytes/response with, without | errors |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, cell in summary["cells"].items():
+        rps, plain, ratio = Summary(**cell["rps"]), Summary(**cell["plain_rps"]), Summary(**cell["ratio"])
+        lines.append(
+            f"| {name} | {cell['path']} vs {cell['plain']} | {rps.mean:,.0f} ± {rps.half_width:,.0f} "
+            f"| {plain.mean:,.0f} ± {plain.half_width:,.0f} "
+            f"| {ratio.mean:.2f} ({ratio.ci_low:.2f}–{ratio.ci_high:.2f}) "
+            f"| {cell['server_cpu_us']:.1f}, {cell['plain_server_cpu_us']:.1f} "
+            f"| {cell['wire_bytes']:,} ({cell['encoding']}), {cell['plain_wire_bytes']:,} | {cell['errors']} |"
+        )
+    lines.append("")
+    lines += [f"- {'PASS' if ok else 'FAIL'}: {text}" for text, ok in summary["bar"]]
+    return "\n".join(lines)
+
+
+def plot(summary: dict[str, Any], path: Path) -> bool:
+    names = list(summary["cells"])
+    series = {
+        "without": [Summary(**summary["cells"][n]["plain_rps"]) for n in names],
+        "with the battery": [Summary(**summary["cells"][n]["rps"]) for n in names],
+    }
+    return bar_chart(path, "What each battery costs (requests/s, 95% CI)", names, series, "requests/s")
 
 
 def main() -> None:
@@ -51,36 +177,21 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--smoke", action="store_true", help="one round of 1 s")
+    parser.add_argument("--out", type=Path, default=None, help="default: bench/out/<time>-batteries")
     args = parser.parse_args()
     if args.smoke:
         args.rounds, args.seconds = 1, 1.0
     require_wrk()
-    rates: dict[str, list[float]] = {path: [] for route in ROUTES for path in (route, "/gz" + route)}
-    wire: dict[str, tuple[int, str]] = {}
-    for round_number in range(args.rounds):
-        server = ServerProcess(
-            "aiorest", [sys.executable, str(SERVERS / "compression_app.py"), "--port", "{port}"], dict(os.environ)
-        )
-        try:
-            server.wait_ready(ROUTES[0])
-            for route in ROUTES:
-                pair = [route, "/gz" + route]
-                for path in pair if round_number % 2 == 0 else pair[::-1]:
-                    print(f"round {round_number + 1}/{args.rounds}  {path}", file=sys.stderr, flush=True)
-                    figures = measure(server, path, args.connections, args.seconds, False, script=LUA)
-                    rates[path].append(figures["requests_per_sec"])
-                    wire.setdefault(path, wire_bytes(server.port, path))
-        finally:
-            server.stop()
-    print(f"{'route':12s} {'req/s':>10s} {'bytes/resp':>10s}  encoding   ratio gzip/plain (95% CI)")
-    for route in ROUTES:
-        for path in (route, "/gz" + route):
-            size, encoding = wire[path]
-            print(f"{path:12s} {median(rates[path]):10.0f} {size:10d}  {encoding:9s}", end="")
-            if path != route:
-                ratio = paired_ratio(rates[path], rates[route])
-                print(f"  {ratio.mean:.3f} ({ratio.ci_low:.3f}-{ratio.ci_high:.3f})", end="")
-            print()
+    host = describe()
+    out = args.out or ROOT / "bench" / "out" / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-batteries"
+    out.mkdir(parents=True, exist_ok=True)
+    raw = run_rounds(args.rounds, args.seconds, args.connections)
+    (out / "raw.json").write_text(json.dumps(raw, indent=1))
+    cells = summarise_run(raw)
+    summary = {"cells": cells, "bar": bar(cells), "command": " ".join(sys.argv), "host": host}
+    write_summary(out, summary, report(summary), plot)
+    if not all(ok for _, ok in summary["bar"]):
+        raise SystemExit("the compression bar is not met")
 
 
 if __name__ == "__main__":

@@ -131,18 +131,25 @@ def test_typed_bench_writes_its_figures_and_verdicts(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
-def test_batteries_smoke_measures_gzip_against_plain():
+def test_batteries_smoke_measures_each_battery_against_its_plain_route(tmp_path):
     done = subprocess.run(
-        [sys.executable, "bench/batteries.py", "--smoke"], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "bench/batteries.py", "--smoke", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = {
-        path: (float(rate), int(size), encoding)
-        for path, rate, size, encoding in re.findall(r"^(/\S+)\s+([\d.]+)\s+(\d+)\s+(\w+)", done.stdout, re.MULTILINE)
-    }
-    assert set(rows) == {"/big", "/gz/big", "/small", "/gz/small"}, done.stdout
-    assert rows["/gz/big"][2] == "gzip" and rows["/big"][2] == "identity"
-    assert rows["/gz/big"][1] * 3 < rows["/big"][1]  # bytes on the wire cut by more than 3
-    assert rows["/gz/small"][2] == "identity"  # below the threshold
-    assert all(rate > 0 for rate, _, _ in rows.values())
-    assert re.search(r"^/gz/big .* [\d.]+ \([\d.]+-[\d.]+\)$", done.stdout, re.MULTILINE), done.stdout
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    cells = summary["cells"]
+    assert set(cells) == {"gzip, 10 KB JSON", "gzip, 100 B JSON", "CORS, simple request"}
+    for cell in cells.values():
+        assert cell["rps"]["mean"] > 0 and cell["plain_rps"]["mean"] > 0 and cell["errors"] == 0, cell
+        assert cell["ratio"]["mean"] > 0 and cell["server_cpu_us"] > 0
+    big, small = cells["gzip, 10 KB JSON"], cells["gzip, 100 B JSON"]
+    assert big["encoding"] == "gzip" and big["wire_bytes"] * 3 < big["plain_wire_bytes"]
+    assert small["encoding"] == "identity" and small["body_bytes"] == small["plain_body_bytes"]
+    assert [ok for _, ok in summary["bar"]] == [True, True]
+    assert done.stdout.count("PASS:") == 2 and "| CORS, simple request |" in done.stdout
+    if importlib.util.find_spec("matplotlib"):
+        assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
