@@ -60,7 +60,7 @@ __all__ = [
     "verify_password",
 ]
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+_H = TypeVar("_H", bound=Callable[..., Any])
 
 # The key of the request's state under which Auth leaves its per-request context.
 _STATE_KEY = "aiorest.auth"
@@ -179,25 +179,27 @@ def tokens_equal(a: str | bytes, b: str | bytes) -> bool:
 
 
 class _Context:
-    """What Auth leaves on one request: the policies, and the identity once asked for."""
+    """What Auth leaves on one request: its policies, and the identity once asked for.
 
-    __slots__ = ("auth", "request", "resolved", "value")
+    It holds no reference to the request, so that it makes no cycle with it.
+    """
 
-    def __init__(self, auth: Auth, request: Request) -> None:
+    __slots__ = ("auth", "resolved", "value")
+
+    def __init__(self, auth: Auth) -> None:
         self.auth = auth
-        self.request = request
         self.resolved = False
         self.value: Any | None = None
 
-    async def identity(self) -> Any | None:
+    async def identity(self, request: Request) -> Any | None:
         if not self.resolved:
-            self.value = await self.auth.identity.identify(self.request)
+            self.value = await self.auth.identity.identify(request)
             self.resolved = True
         return self.value
 
-    def unauthorized(self) -> HTTPUnauthorized:
+    def unauthorized(self, request: Request) -> HTTPUnauthorized:
         error = HTTPUnauthorized("authentication required")
-        challenge = self.auth.identity.challenge(self.request)
+        challenge = self.auth.identity.challenge(request)
         if challenge is not None:
             error.headers["WWW-Authenticate"] = challenge
         return error
@@ -217,7 +219,7 @@ class Auth:
         self.authorization: AuthorizationPolicy = authorization if authorization is not None else PermissionsPolicy()
 
     async def __call__(self, request: Request, handler: Handler) -> Response:
-        request.state[_STATE_KEY] = _Context(self, request)
+        request.state[_STATE_KEY] = _Context(self)
         response: Response = await handler(request)
         return response
 
@@ -235,57 +237,57 @@ def _context(request: Request) -> _Context:
 
 async def identity(request: Request) -> Any | None:
     """The request's identity, or None when anonymous (RuntimeError without :class:`Auth`)."""
-    return await _context(request).identity()
+    return await _context(request).identity(request)
 
 
 async def permits(request: Request, permission: str) -> bool:
     """Whether the request's identity has ``permission``; False when anonymous."""
     context = _context(request)
-    who = await context.identity()
+    who = await context.identity(request)
     return who is not None and await context.auth.authorization.permits(request, who, permission)
 
 
-def _with_middleware(handler: _F, middleware: Callable[[Request, Handler], Awaitable[Response]]) -> _F:
+def _with_middleware(handler: _H, middleware: Callable[[Request, Handler], Awaitable[Response]]) -> _H:
     setattr(handler, HANDLER_MIDDLEWARE, [*getattr(handler, HANDLER_MIDDLEWARE, ()), middleware])
     return handler
 
 
 async def _login_required(request: Request, handler: Handler) -> Response:
     context = _context(request)
-    if await context.identity() is None:
-        raise context.unauthorized()
+    if await context.identity(request) is None:
+        raise context.unauthorized(request)
     response: Response = await handler(request)
     return response
 
 
-def login_required(handler: _F) -> _F:
+def login_required(handler: _H) -> _H:
     """Answer 401 unless the request has an identity. Goes under the route decorator.
 
     The 401 carries the identity policy's ``WWW-Authenticate`` challenge. The
     handler is returned as it is, with a middleware attached
-    (:data:`aiorest.routing.HANDLER_MIDDLEWARE`) and 401 listed in the OpenAPI
+    (``__aiorest_middleware__``) and 401 listed in the OpenAPI
     document.
     """
     return _with_middleware(raises(HTTPUnauthorized)(handler), _login_required)
 
 
-def requires(*permissions: str) -> Callable[[_F], _F]:
+def requires(*permissions: str) -> Callable[[_H], _H]:
     """Answer 401 when anonymous, 403 unless every permission is granted. Goes under the route decorator."""
     if not permissions or not all(isinstance(p, str) and p for p in permissions):
         raise TypeError(f"requires() takes one or more permission names, not {permissions!r}")
 
     async def _requires(request: Request, handler: Handler) -> Response:
         context = _context(request)
-        who = await context.identity()
+        who = await context.identity(request)
         if who is None:
-            raise context.unauthorized()
+            raise context.unauthorized(request)
         for permission in permissions:
             if not await context.auth.authorization.permits(request, who, permission):
                 raise HTTPForbidden("not permitted", details={"permission": permission})
         response: Response = await handler(request)
         return response
 
-    def declare(handler: _F) -> _F:
+    def declare(handler: _H) -> _H:
         return _with_middleware(raises(HTTPUnauthorized, HTTPForbidden)(handler), _requires)
 
     return declare
