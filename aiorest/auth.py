@@ -19,11 +19,12 @@ import asyncio
 import hashlib
 import hmac
 import re
+import threading
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from collections.abc import Set as AbstractSet
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from .exceptions import HTTPForbidden, HTTPServiceUnavailable, HTTPTooManyRequests, HTTPUnauthorized
@@ -61,6 +62,7 @@ __all__ = [
 ]
 
 _H = TypeVar("_H", bound=Callable[..., Any])
+_T = TypeVar("_T")
 
 # The key of the request's state under which Auth leaves its per-request context.
 _STATE_KEY = "aiorest.auth"
@@ -296,23 +298,16 @@ def requires(*permissions: str) -> Callable[[_H], _H]:
 # -- passwords --------------------------------------------------------------------------
 
 
-class _Slots:
-    """At most ``limit`` hashes running, at most ``max_waiting`` callers waiting for a turn."""
-
-    def __init__(self, limit: int, max_waiting: int) -> None:
-        self.semaphore = asyncio.Semaphore(limit)
-        self.max_waiting = max_waiting
-        self.waiting = 0
-
-
 class Passwords:
     """Argon2id password hashing (argon2-cffi's defaults) run off the event loop.
 
     Each hash or verification takes tens of milliseconds of CPU, so it runs in
-    the loop's default executor, at most ``max_in_flight`` at once per event
-    loop; up to ``max_waiting`` more callers wait for a turn, and beyond that
-    the call raises :class:`~aiorest.HTTPServiceUnavailable` (503, Retry-After 1)
-    rather than queue without bound.
+    a thread pool of this object's own, ``max_in_flight`` threads; up to
+    ``max_waiting`` more calls wait for a thread, and beyond that a call raises
+    :class:`~aiorest.HTTPServiceUnavailable` (503, Retry-After 1) rather than
+    queue without bound. A call counts until its hash is done, even when the
+    caller was cancelled (the client went away): a thread cannot be stopped,
+    so cancelling frees no CPU.
     """
 
     def __init__(self, *, max_in_flight: int = 2, max_waiting: int = 64, hasher: Any = None) -> None:
@@ -323,34 +318,29 @@ class Passwords:
         self.hasher: argon2.PasswordHasher = hasher if hasher is not None else argon2.PasswordHasher()
         self.max_in_flight = max_in_flight
         self.max_waiting = max_waiting
-        # a semaphore belongs to one loop: one set of slots per running loop
-        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Slots] = weakref.WeakKeyDictionary()
+        self._executor: ThreadPoolExecutor | None = None  # started at the first hash
+        self._pending = 0  # submitted and not finished; changed by the threads too, under the lock
+        self._lock = threading.Lock()
         self._dummy: str | None = None
 
-    async def _run(self, work: Callable[[], Any]) -> Any:
-        loop = asyncio.get_running_loop()
-        slots = self._slots.get(loop)
-        if slots is None:
-            slots = self._slots[loop] = _Slots(self.max_in_flight, self.max_waiting)
-        if slots.semaphore.locked():
-            if slots.waiting >= slots.max_waiting:
+    def _done(self, _: object) -> None:
+        with self._lock:
+            self._pending -= 1
+
+    async def _run(self, work: Callable[[], _T]) -> _T:
+        with self._lock:
+            if self._pending >= self.max_in_flight + self.max_waiting:
                 raise HTTPServiceUnavailable("too many password checks in progress", retry_after=1)
-            slots.waiting += 1
-            try:
-                await slots.semaphore.acquire()
-            finally:
-                slots.waiting -= 1
-        else:
-            await slots.semaphore.acquire()
-        try:
-            return await loop.run_in_executor(None, work)
-        finally:
-            slots.semaphore.release()
+            self._pending += 1
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="aiorest-passwords")
+        future = self._executor.submit(work)
+        future.add_done_callback(self._done)
+        return await asyncio.wrap_future(future)
 
     async def hash(self, password: str) -> str:
         """The argon2id hash of ``password``, in the PHC string format, to store."""
-        result: str = await self._run(lambda: self.hasher.hash(password))
-        return result
+        return await self._run(lambda: self.hasher.hash(password))
 
     async def verify(self, stored: str | None, password: str) -> bool:
         """Whether ``password`` matches ``stored``; False for a malformed hash, never an exception.
@@ -370,8 +360,7 @@ class Passwords:
             except (argon2.exceptions.VerificationError, argon2.exceptions.InvalidHashError):
                 return False
 
-        result: bool = await self._run(check)
-        return result and stored is not self._dummy
+        return await self._run(check) and stored is not self._dummy
 
     def needs_rehash(self, stored: str) -> bool:
         """Whether ``stored`` was made with other parameters than now (rehash it at the next login).

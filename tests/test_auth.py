@@ -278,6 +278,24 @@ async def test_hash_waiters_are_bounded() -> None:
     assert sum(isinstance(r, str) for r in results) == 3
 
 
+async def test_a_cancelled_hash_holds_its_thread_until_done() -> None:
+    passwords = Passwords(max_in_flight=1, max_waiting=0)
+    first = asyncio.ensure_future(passwords.hash("pw"))
+    await asyncio.sleep(0.01)  # the thread has started hashing (it takes ~50 ms)
+    first.cancel()
+    with pytest.raises(HTTPServiceUnavailable):  # the thread still hashes: no room yet
+        await passwords.hash("pw")
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        try:
+            assert (await passwords.hash("pw")).startswith("$argon2id$")
+            break
+        except HTTPServiceUnavailable:
+            continue
+    else:
+        pytest.fail("the cancelled hash never gave its thread back")
+
+
 # -- login rate limiting --------------------------------------------------------------
 
 
