@@ -161,8 +161,12 @@ class BearerTokenIdentity:
         return await self.lookup(token)
 
     def challenge(self, request: Request) -> str:
-        # RFC 6750 section 3: no error code when the request carried no credentials
-        if request.headers.get("Authorization") is None:
+        # RFC 6750 section 3: an error code only when a bearer token was sent; none when the
+        # request had no credentials or those of another scheme
+        sent = any(
+            field.strip(" \t")[:7].rstrip(" ").lower() == "bearer" for field in request.headers.getall("Authorization")
+        )
+        if not sent:
             return f'Bearer realm="{self.realm}"'
         return f'Bearer realm="{self.realm}", error="invalid_token"'
 
@@ -401,6 +405,14 @@ def needs_rehash(stored: str) -> bool:
 # -- login rate limiting ----------------------------------------------------------------
 
 
+def _bounded(key: str) -> str:
+    """A long key by its hash, so that each entry's size is bounded whatever the client sends."""
+    return key if len(key) <= _MAX_KEY else "sha256:" + token_hash(key)
+
+
+_MAX_KEY = 64
+
+
 class _Windows:
     """Fixed-window counters by key, in an LRU of at most ``max_entries``."""
 
@@ -414,6 +426,7 @@ class _Windows:
 
     def hit(self, key: str, now: float) -> float | None:
         """Count an attempt; the seconds until the window ends if it is over the limit."""
+        key = _bounded(key)
         counter = self.counters.get(key)
         if counter is None or now - counter[0] >= self.window:
             counter = [now, 0]
@@ -468,4 +481,4 @@ class LoginRateLimiter:
 
     def reset(self, account: str) -> None:
         """Forget the account's count, after a successful login."""
-        self.accounts.counters.pop(account, None)
+        self.accounts.counters.pop(_bounded(account), None)
