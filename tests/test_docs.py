@@ -485,6 +485,33 @@ async def exercise_compression(module: ModuleType, client: Any) -> None:
         assert response.status == 413
 
 
+async def exercise_auth(module: ModuleType, client: Any) -> None:
+    async with client.get("/me") as response:
+        assert response.status == 401
+        assert response.headers["WWW-Authenticate"] == 'Bearer realm="example"'
+    async with client.post("/login", json={"name": "ada", "password": "wrong"}) as response:
+        assert response.status == 401
+    async with client.post("/login", json={"name": "ada", "password": "analytical engine"}) as response:
+        assert response.status == 200
+        ada = {"Authorization": f"Bearer {(await response.json())['token']}"}
+    async with client.get("/me", headers=ada) as response:
+        assert await response.json() == {"name": "ada"}
+    async with client.get("/reports", headers=ada) as response:
+        assert response.status == 200
+    async with client.post("/login", json={"name": "bob", "password": "difference engine"}) as response:
+        bob = {"Authorization": f"Bearer {(await response.json())['token']}"}
+    async with client.get("/reports", headers=bob) as response:
+        assert response.status == 403
+    async with client.get("/me", headers={"Authorization": "Bearer forged"}) as response:
+        assert response.status == 401
+        assert response.headers["WWW-Authenticate"] == 'Bearer realm="example", error="invalid_token"'
+    for _ in range(5):  # the sixth attempt on an account within a minute is refused, before any hash
+        async with client.post("/login", json={"name": "eve", "password": "guess"}) as response:
+            assert response.status == 401
+    async with client.post("/login", json={"name": "eve", "password": "guess"}) as response:
+        assert response.status == 429 and int(response.headers["Retry-After"]) > 0
+
+
 EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "behind_proxy": exercise_behind_proxy,
     "inventory": exercise_inventory,
@@ -504,6 +531,7 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "openapi_docs": exercise_openapi_docs,
     "cors": exercise_cors,
     "compression": exercise_compression,
+    "auth": exercise_auth,
 }
 
 

@@ -1,0 +1,484 @@
+"""Authentication and authorization: who sent a request, and what they may do.
+
+Two small pluggable policies, put on routes by the :class:`Auth` middleware:
+
+* an *identity policy* answers "who is this?" (:class:`BearerTokenIdentity`
+  reads ``Authorization: Bearer <token>`` and asks the app's lookup);
+* an *authorization policy* answers "may they do this?"
+  (:class:`PermissionsPolicy` reads the identity's set of permissions).
+
+:func:`login_required` and :func:`requires` go under the route decorator and
+refuse with 401 or 403. Passwords (argon2id, off the event loop) and login
+rate limiting are here too. Nothing of this costs a request that does not pass
+through :class:`Auth`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from collections.abc import Set as AbstractSet
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+from .exceptions import HTTPForbidden, HTTPServiceUnavailable, HTTPTooManyRequests, HTTPUnauthorized
+from .openapi import raises
+from .routing import HANDLER_MIDDLEWARE
+
+if TYPE_CHECKING:
+    from .request import Request
+    from .response import Response
+    from .routing import Handler
+
+try:
+    import argon2
+except ImportError:  # an optional dependency: the password functions say so when called
+    argon2 = None  # type: ignore[assignment]
+
+__all__ = [
+    "Auth",
+    "AuthorizationPolicy",
+    "BearerTokenIdentity",
+    "HasPermissions",
+    "IdentityPolicy",
+    "LoginRateLimiter",
+    "Passwords",
+    "PermissionsPolicy",
+    "hash_password",
+    "identity",
+    "login_required",
+    "needs_rehash",
+    "permits",
+    "requires",
+    "token_hash",
+    "tokens_equal",
+    "verify_password",
+]
+
+_H = TypeVar("_H", bound=Callable[..., Any])
+_T = TypeVar("_T")
+
+# The key of the request's state under which Auth leaves its per-request context.
+_STATE_KEY = "aiorest.auth"
+
+
+# -- policies ---------------------------------------------------------------------------
+
+
+class IdentityPolicy(Protocol):
+    """Says who sent a request.
+
+    ``identify`` returns the app's identity object (a user, an API client) or
+    None for an anonymous request; it must not raise for a malformed credential,
+    only answer None. ``challenge`` is the ``WWW-Authenticate`` value of a 401
+    for that request, or None to send none.
+    """
+
+    async def identify(self, request: Request) -> Any | None: ...
+
+    def challenge(self, request: Request) -> str | None: ...
+
+
+class AuthorizationPolicy(Protocol):
+    """Says whether an identity may do something, named by a permission string."""
+
+    async def permits(self, request: Request, identity: Any, permission: str) -> bool: ...
+
+
+@runtime_checkable
+class HasPermissions(Protocol):
+    """An identity that carries its permissions, as :class:`PermissionsPolicy` reads them."""
+
+    @property
+    def permissions(self) -> AbstractSet[str]: ...
+
+
+class PermissionsPolicy:
+    """Permits what is in the identity's ``permissions`` set; nothing to any other identity."""
+
+    async def permits(self, request: Request, identity: Any, permission: str) -> bool:
+        return isinstance(identity, HasPermissions) and permission in identity.permissions
+
+
+# RFC 6750 section 2.1: credentials = "Bearer" 1*SP b64token
+#                       b64token = 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="
+# The scheme is case-insensitive (RFC 9110 section 11.1).
+_BEARER_RE = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] +([A-Za-z0-9\-._~+/]+=*)")
+_REALM_RE = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e]*")  # a quoted-string's text without '"' or '\'
+
+
+class BearerTokenIdentity:
+    """Identifies a request by ``Authorization: Bearer <token>`` (RFC 6750).
+
+    ``lookup(token)`` is the app's: it returns an awaitable of the identity, or
+    of None for a token it does not know. Store a hash of each token (see
+    :func:`token_hash`) and look up by it, so a leaked table gives no usable
+    token and the lookup compares no secret byte by byte.
+
+    The header is parsed strictly and bounded: a missing header, another
+    scheme, a token longer than ``max_token_length`` or with characters
+    outside RFC 6750's ``b64token``, or more than one ``Authorization`` field
+    all mean "not authenticated"; ``lookup`` is not called for them.
+    """
+
+    def __init__(
+        self,
+        lookup: Callable[[str], Awaitable[Any | None]],
+        *,
+        realm: str = "api",
+        max_token_length: int = 512,
+    ) -> None:
+        if not _REALM_RE.fullmatch(realm):
+            raise ValueError(f"realm {realm!r} must be printable ASCII without '\"' or '\\'")
+        if max_token_length < 1:
+            raise ValueError(f"max_token_length must be at least 1, not {max_token_length}")
+        self.lookup = lookup
+        self.realm = realm
+        self.max_token_length = max_token_length
+
+    def token(self, request: Request) -> str | None:
+        """The request's bearer token when well formed, else None."""
+        fields = request.headers.getall("Authorization")
+        if len(fields) != 1:
+            return None
+        value = fields[0]
+        # the bound first: "Bearer " and the token, before any regex looks at it
+        if len(value) > self.max_token_length + 7:
+            return None
+        match = _BEARER_RE.fullmatch(value.strip(" \t"))
+        return match.group(1) if match else None
+
+    async def identify(self, request: Request) -> Any | None:
+        token = self.token(request)
+        if token is None:
+            return None
+        return await self.lookup(token)
+
+    def challenge(self, request: Request) -> str:
+        # RFC 6750 section 3: an error code only when a bearer token was sent; none when the
+        # request had no credentials or those of another scheme
+        sent = any(
+            field.strip(" \t")[:7].rstrip(" ").lower() == "bearer" for field in request.headers.getall("Authorization")
+        )
+        if not sent:
+            return f'Bearer realm="{self.realm}"'
+        return f'Bearer realm="{self.realm}", error="invalid_token"'
+
+
+def token_hash(token: str) -> str:
+    """The SHA-256 of a token, in hex: what to store, and look a presented token up by."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def tokens_equal(a: str | bytes, b: str | bytes) -> bool:
+    """Compare two secrets in time that does not depend on where they differ."""
+    return hmac.compare_digest(a.encode() if isinstance(a, str) else a, b.encode() if isinstance(b, str) else b)
+
+
+# -- the middleware and the accessors ---------------------------------------------------
+
+
+class _Context:
+    """What Auth leaves on one request: its policies, and the identity once asked for.
+
+    It holds no reference to the request, so that it makes no cycle with it.
+    """
+
+    __slots__ = ("auth", "resolved", "value")
+
+    def __init__(self, auth: Auth) -> None:
+        self.auth = auth
+        self.resolved = False
+        self.value: Any | None = None
+
+    async def identity(self, request: Request) -> Any | None:
+        if not self.resolved:
+            self.value = await self.auth.identity.identify(request)
+            self.resolved = True
+        return self.value
+
+    def unauthorized(self, request: Request) -> HTTPUnauthorized:
+        error = HTTPUnauthorized("authentication required")
+        challenge = self.auth.identity.challenge(request)
+        if challenge is not None:
+            error.headers["WWW-Authenticate"] = challenge
+        return error
+
+
+class Auth:
+    """Middleware that makes the request's identity available to what runs inside it.
+
+    Put it on the app, a :class:`~aiorest.Router` or a route. It does no work
+    by itself: the identity policy runs the first time :func:`identity`,
+    :func:`permits`, :func:`login_required` or :func:`requires` asks, and only
+    once a request. ``authorization`` defaults to :class:`PermissionsPolicy`.
+    """
+
+    def __init__(self, identity: IdentityPolicy, authorization: AuthorizationPolicy | None = None) -> None:
+        self.identity = identity
+        self.authorization: AuthorizationPolicy = authorization if authorization is not None else PermissionsPolicy()
+
+    async def __call__(self, request: Request, handler: Handler) -> Response:
+        request.state[_STATE_KEY] = _Context(self)
+        response: Response = await handler(request)
+        return response
+
+
+def _context(request: Request) -> _Context:
+    context = request.state.get(_STATE_KEY)
+    if context is None:
+        raise RuntimeError(
+            f"{request.method} {request.path}: no Auth middleware on this route; "
+            "add Auth(...) to the app, its Router or the route"
+        )
+    assert isinstance(context, _Context)
+    return context
+
+
+async def identity(request: Request) -> Any | None:
+    """The request's identity, or None when anonymous (RuntimeError without :class:`Auth`)."""
+    return await _context(request).identity(request)
+
+
+async def permits(request: Request, permission: str) -> bool:
+    """Whether the request's identity has ``permission``; False when anonymous."""
+    context = _context(request)
+    who = await context.identity(request)
+    return who is not None and await context.auth.authorization.permits(request, who, permission)
+
+
+def _with_middleware(handler: _H, middleware: Callable[[Request, Handler], Awaitable[Response]]) -> _H:
+    setattr(handler, HANDLER_MIDDLEWARE, [*getattr(handler, HANDLER_MIDDLEWARE, ()), middleware])
+    return handler
+
+
+async def _login_required(request: Request, handler: Handler) -> Response:
+    context = _context(request)
+    if await context.identity(request) is None:
+        raise context.unauthorized(request)
+    response: Response = await handler(request)
+    return response
+
+
+def login_required(handler: _H) -> _H:
+    """Answer 401 unless the request has an identity. Goes under the route decorator.
+
+    The 401 carries the identity policy's ``WWW-Authenticate`` challenge. The
+    handler is returned as it is, with a middleware attached
+    (``__aiorest_middleware__``) and 401 listed in the OpenAPI
+    document.
+    """
+    return _with_middleware(raises(HTTPUnauthorized)(handler), _login_required)
+
+
+def requires(*permissions: str) -> Callable[[_H], _H]:
+    """Answer 401 when anonymous, 403 unless every permission is granted. Goes under the route decorator."""
+    if not permissions or not all(isinstance(p, str) and p for p in permissions):
+        raise TypeError(f"requires() takes one or more permission names, not {permissions!r}")
+
+    async def _requires(request: Request, handler: Handler) -> Response:
+        context = _context(request)
+        who = await context.identity(request)
+        if who is None:
+            raise context.unauthorized(request)
+        for permission in permissions:
+            if not await context.auth.authorization.permits(request, who, permission):
+                raise HTTPForbidden("not permitted", details={"permission": permission})
+        response: Response = await handler(request)
+        return response
+
+    def declare(handler: _H) -> _H:
+        return _with_middleware(raises(HTTPUnauthorized, HTTPForbidden)(handler), _requires)
+
+    return declare
+
+
+# -- passwords --------------------------------------------------------------------------
+
+
+class Passwords:
+    """Argon2id password hashing (argon2-cffi's defaults) run off the event loop.
+
+    Each hash or verification takes tens of milliseconds of CPU, so it runs in
+    a thread pool of this object's own, ``max_in_flight`` threads; up to
+    ``max_waiting`` more calls wait for a thread, and beyond that a call raises
+    :class:`~aiorest.HTTPServiceUnavailable` (503, Retry-After 1) rather than
+    queue without bound. A call counts until its hash is done, even when the
+    caller was cancelled (the client went away): a thread cannot be stopped,
+    so cancelling frees no CPU.
+    """
+
+    def __init__(self, *, max_in_flight: int = 2, max_waiting: int = 64, hasher: Any = None) -> None:
+        if argon2 is None:
+            raise RuntimeError("password hashing needs argon2-cffi: pip install 'aiorest[auth]'")
+        if max_in_flight < 1 or max_waiting < 0:
+            raise ValueError("max_in_flight must be at least 1 and max_waiting at least 0")
+        self.hasher: argon2.PasswordHasher = hasher if hasher is not None else argon2.PasswordHasher()
+        self.max_in_flight = max_in_flight
+        self.max_waiting = max_waiting
+        self._executor: ThreadPoolExecutor | None = None  # started at the first hash
+        self._pending = 0  # submitted and not finished; changed by the threads too, under the lock
+        self._lock = threading.Lock()
+        self._dummy: str | None = None
+
+    def _done(self, _: object) -> None:
+        with self._lock:
+            self._pending -= 1
+
+    async def _run(self, work: Callable[[], _T]) -> _T:
+        with self._lock:
+            if self._pending >= self.max_in_flight + self.max_waiting:
+                raise HTTPServiceUnavailable("too many password checks in progress", retry_after=1)
+            self._pending += 1
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="aiorest-passwords")
+        future = self._executor.submit(work)
+        future.add_done_callback(self._done)
+        return await asyncio.wrap_future(future)
+
+    async def hash(self, password: str) -> str:
+        """The argon2id hash of ``password``, in the PHC string format, to store."""
+        return await self._run(lambda: self.hasher.hash(password))
+
+    async def verify(self, stored: str | None, password: str) -> bool:
+        """Whether ``password`` matches ``stored``; False for a malformed hash, never an exception.
+
+        Pass None for an account that does not exist: a hash is still checked,
+        so the answer takes as long as for a real account.
+        """
+        if stored is None:
+            if self._dummy is None:
+                self._dummy = await self.hash("not a password")
+            stored = self._dummy
+        target = stored
+
+        def check() -> bool:
+            try:
+                return bool(self.hasher.verify(target, password))
+            except (argon2.exceptions.VerificationError, argon2.exceptions.InvalidHashError):
+                return False
+
+        return await self._run(check) and stored is not self._dummy
+
+    def needs_rehash(self, stored: str) -> bool:
+        """Whether ``stored`` was made with other parameters than now (rehash it at the next login).
+
+        A malformed hash needs one too. This is cheap: it only parses the string.
+        """
+        try:
+            return bool(self.hasher.check_needs_rehash(stored))
+        except argon2.exceptions.InvalidHashError:
+            return True
+
+
+_passwords: Passwords | None = None
+
+
+def _default() -> Passwords:
+    global _passwords
+    if _passwords is None:
+        _passwords = Passwords()
+    return _passwords
+
+
+async def hash_password(password: str) -> str:
+    """:meth:`Passwords.hash` with the default limits."""
+    return await _default().hash(password)
+
+
+async def verify_password(stored: str | None, password: str) -> bool:
+    """:meth:`Passwords.verify` with the default limits."""
+    return await _default().verify(stored, password)
+
+
+def needs_rehash(stored: str) -> bool:
+    """:meth:`Passwords.needs_rehash` with the default hasher."""
+    return _default().needs_rehash(stored)
+
+
+# -- login rate limiting ----------------------------------------------------------------
+
+
+def _bounded(key: str) -> str:
+    """A long key by its hash, so that each entry's size is bounded whatever the client sends."""
+    return key if len(key) <= _MAX_KEY else "sha256:" + token_hash(key)
+
+
+_MAX_KEY = 64
+
+
+class _Windows:
+    """Fixed-window counters by key, in an LRU of at most ``max_entries``."""
+
+    def __init__(self, limit: int, window: float, max_entries: int) -> None:
+        if limit < 1 or window <= 0 or max_entries < 1:
+            raise ValueError("a rate limit needs a positive count, window and max_entries")
+        self.limit = limit
+        self.window = window
+        self.max_entries = max_entries
+        self.counters: OrderedDict[str, list[float]] = OrderedDict()  # key: [window start, count]
+
+    def hit(self, key: str, now: float) -> float | None:
+        """Count an attempt; the seconds until the window ends if it is over the limit."""
+        key = _bounded(key)
+        counter = self.counters.get(key)
+        if counter is None or now - counter[0] >= self.window:
+            counter = [now, 0]
+            self.counters[key] = counter
+        self.counters.move_to_end(key)
+        while len(self.counters) > self.max_entries:
+            self.counters.popitem(last=False)
+        counter[1] += 1
+        if counter[1] > self.limit:
+            return counter[0] + self.window - now
+        return None
+
+
+class LoginRateLimiter:
+    """Counts login attempts per account and per client address, in bounded memory.
+
+    ``per_account`` and ``per_address`` are ``(attempts, seconds)``: more than
+    that many attempts in a fixed window of that many seconds raise
+    :class:`~aiorest.HTTPTooManyRequests` with ``Retry-After`` until the window
+    ends. Each table keeps at most ``max_entries`` keys and forgets the least
+    recently used beyond that. Forgetting a key resets its count, so an attacker
+    who makes more than ``max_entries`` distinct attempts between two of theirs
+    gets a fresh count; the per-address limit makes that costly for one
+    address (it needs ``max_entries / per_address[0]`` windows), which is why
+    both limits are on.
+    """
+
+    def __init__(
+        self,
+        *,
+        per_account: tuple[int, float] = (5, 60.0),
+        per_address: tuple[int, float] = (20, 60.0),
+        max_entries: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.accounts = _Windows(*per_account, max_entries)
+        self.addresses = _Windows(*per_address, max_entries)
+        self.clock = clock
+
+    def check(self, account: str, address: str | None) -> None:
+        """Count an attempt to log in to ``account`` from ``address``; 429 if over a limit.
+
+        Call it before checking the password, so a refused attempt costs no hash.
+        """
+        now = self.clock()
+        waits = [self.accounts.hit(account, now)]
+        if address is not None:
+            waits.append(self.addresses.hit(address, now))
+        wait = max((w for w in waits if w is not None), default=None)
+        if wait is not None:
+            raise HTTPTooManyRequests("too many login attempts", retry_after=max(1, int(wait + 0.999)))
+
+    def reset(self, account: str) -> None:
+        """Forget the account's count, after a successful login."""
+        self.accounts.counters.pop(_bounded(account), None)
