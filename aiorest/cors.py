@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
-from .datastructures import _TCHAR, check_header_value
+from .datastructures import _TCHAR, check_header_value, raw_header
 from .exceptions import HTTPBadRequest, HTTPError, HTTPForbidden
 from .response import Response
 
@@ -36,6 +36,10 @@ MAX_REQUEST_HEADERS_LENGTH = 4096
 # A serialised origin (RFC 6454, 6.2): scheme "://" host [":" port], no path, no userinfo.
 _ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://(?:[a-z0-9._~!$&'()*+,;=%-]+|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?", re.I)
 # Methods the fetch standard normalises to upper case; others are case-sensitive.
+_ANSWER_NAMES = frozenset(
+    {"access-control-allow-origin", "access-control-allow-credentials", "access-control-expose-headers"}
+)
+_VARY_ORIGIN = ("vary", "Vary", "Origin")
 _NORMALISED = frozenset({"DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT"})
 # The preflight's answer depends on these request headers.
 _PREFLIGHT_VARY = "Origin, Access-Control-Request-Method, Access-Control-Request-Headers"
@@ -105,6 +109,8 @@ class CORS:
             self._preflight["Access-Control-Max-Age"] = str(max_age)
         for value in (*self._actual.values(), *self._preflight.values()):
             check_header_value(value, "CORS header value")
+        # The same, as Headers keeps them, for the answers to actual requests: appended as they are.
+        self._actual_items = [(name.lower(), name, value) for name, value in self._actual.items()]
 
     def allows_origin(self, origin: str) -> bool:
         """Whether a request from ``origin`` (its ``Origin`` header) may be read."""
@@ -115,10 +121,13 @@ class CORS:
         return self.origin_regex is not None and self.origin_regex.fullmatch(origin) is not None
 
     async def __call__(self, request: Request, handler: Handler) -> Response:
-        origin = request.headers.get("Origin")
-        if origin is None:  # not a cross-origin request (or a client that is no browser)
+        # Read from the raw headers: a simple request does not pay for the whole Headers table.
+        raw = request._raw_headers
+        raw_origin = raw_header(raw, b"origin")
+        if raw_origin is None:  # not a cross-origin request (or a client that is no browser)
             return self._vary(await handler(request))
-        if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+        origin = raw_origin.decode("latin-1")
+        if request.method == "OPTIONS" and raw_header(raw, b"access-control-request-method") is not None:
             return self._answer_preflight(request, origin)
         allowed = self.allows_origin(origin)
         try:
@@ -130,8 +139,14 @@ class CORS:
                 exc.headers["Vary"] = _joined(exc.headers.get("Vary"), "Origin")
             raise
         if allowed:
-            for name, value in self._allowed(origin).items():
-                response.headers[name] = value
+            headers = response.headers
+            if headers._list:  # the handler's own CORS headers give way
+                headers._list = [item for item in headers._list if item[0] not in _ANSWER_NAMES]
+            # The origin is checked: allows_origin matched it against _ORIGIN (no space, no control character).
+            headers._list.append(
+                ("access-control-allow-origin", "Access-Control-Allow-Origin", origin if self.varies else "*")
+            )
+            headers._list += self._actual_items
         return self._vary(response)
 
     def _answer_preflight(self, request: Request, origin: str) -> Response:
@@ -169,7 +184,7 @@ class CORS:
     def _vary(self, response: Response) -> Response:
         # A cache must not give this answer without CORS headers to a cross-origin request.
         if self.varies:
-            response.headers.add("Vary", "Origin")
+            response.headers._list.append(_VARY_ORIGIN)
         return response
 
     def __repr__(self) -> str:
