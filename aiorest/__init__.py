@@ -12,6 +12,7 @@ from .requestid import request_id
 from .response import JSONResponse, Response, StreamResponse
 from .routing import Handler, NoMatchFound, Route, RouteOptions, Router
 from .server import Server, run
+from .sessions import CookieStore, Session, SessionMiddleware, SessionStore
 from .typed import Body, Cookie, Header, Query
 
 __version__ = "0.1.0"
@@ -45,4 +46,9 @@ __all__ = [
     "request_id",
     "run",
     *_exceptions_all,
+    # sessions
+    "CookieStore",
+    "Session",
+    "SessionMiddleware",
+    "SessionStore",
 ]

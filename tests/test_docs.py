@@ -439,6 +439,20 @@ async def exercise_route_middleware(module: ModuleType, client: Any) -> None:
         assert response.status == 200 and "Cache-Control" not in response.headers
 
 
+async def exercise_sessions(module: ModuleType, client: Any) -> None:
+    async with client.get("/me") as response:
+        assert response.status == 401 and "Set-Cookie" not in response.headers
+    async with client.post("/login", json={"user": "ada", "password": "nope"}) as response:
+        assert response.status == 401 and "Set-Cookie" not in response.headers
+    async with client.post("/login", json={"user": "ada", "password": "open sesame"}) as response:
+        cookie = response.cookies["session"]
+        assert cookie["httponly"] and cookie["samesite"] == "Lax" and cookie["max-age"] == "3600"
+    async with client.get("/me", cookies={"session": cookie.value}) as response:
+        assert await response.json() == {"user": "ada"}
+    async with client.post("/logout", cookies={"session": cookie.value}) as response:
+        assert response.cookies["session"]["max-age"] == "0"
+
+
 EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "behind_proxy": exercise_behind_proxy,
     "inventory": exercise_inventory,
@@ -456,6 +470,7 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "test_ping": exercise_test_ping,
     "typed_orders": exercise_typed_orders,
     "openapi_docs": exercise_openapi_docs,
+    "sessions": exercise_sessions,
 }
 
 
