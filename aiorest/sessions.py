@@ -12,6 +12,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import importlib
 import json
 import re
 import secrets as _secrets
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from .response import Response
     from .routing import Handler
 
-__all__ = ["Session", "SessionStore", "SessionMiddleware", "CookieStore"]
+__all__ = ["Session", "SessionStore", "SessionMiddleware", "CookieStore", "RedisStore"]
 
 # Browsers keep a cookie of up to 4096 bytes, name and value (RFC 6265, 6.1 asks for
 # at least that much). A longer one is dropped silently, by the browser: refuse to send it.
@@ -197,15 +198,13 @@ class SessionMiddleware:
 
     async def _commit(self, request: Request, session: Session, response: Response) -> None:
         old = session._loaded_id
-        if old is not None and old != session.id:
+        if old is not None and old != session.id:  # rotated or invalidated: the old id dies
             await self.store.delete(old)
         secure = request.scheme == "https" if self.secure is None else self.secure
         attributes: dict[str, Any] = dict(
             path=self.path, domain=self.domain, secure=secure, httponly=self.httponly, samesite=self.samesite
         )
-        if not session:  # emptied or invalidated: no session at all
-            if old is not None and old == session.id:
-                await self.store.delete(old)
+        if session._fresh and not session:  # invalidated, and nothing set since: no session at all
             response.delete_cookie(self.cookie_name, **attributes)
             return
         value = await self.store.save(session, self.max_age)
@@ -282,3 +281,71 @@ class CookieStore(SessionStore):
         content = {"t": int(time.time()), "i": session.id, "d": session._data}
         payload = _b64encode(json.dumps(content, separators=(",", ":")).encode())
         return f"{payload}.{_b64encode(self._sign(self._keys[0], payload))}"
+
+
+# -- the data in Redis -----------------------------------------------------------
+
+
+class RedisStore(SessionStore):
+    """Keeps each session in a Redis hash, one field per key; the cookie holds its id.
+
+    ``redis`` is a URL (``redis://127.0.0.1:6379/0``) or a ``redis.asyncio.Redis``
+    client (``pip install 'aiorest[sessions-redis]'``). A session lives at
+    ``prefix + id`` and expires ``ttl`` seconds (by default the middleware's
+    ``max_age``) after its last change. Only the keys a request changed are
+    written (``HSET``/``HDEL`` in one ``MULTI``), so two requests of one session
+    at once keep each other's keys.
+    """
+
+    def __init__(self, redis: Any, *, prefix: str = "aiorest:session:", ttl: int | None = None) -> None:
+        if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool) or ttl <= 0):
+            raise ValueError(f"ttl must be a positive number of seconds, not {ttl!r}")
+        self._own_client = isinstance(redis, str)
+        if isinstance(redis, str):
+            try:
+                module = importlib.import_module("redis.asyncio")
+            except ImportError:
+                raise RuntimeError("RedisStore needs redis: pip install 'aiorest[sessions-redis]'") from None
+            redis = module.from_url(redis)
+        self.redis = redis
+        self.prefix = prefix
+        self.ttl = ttl
+
+    async def close(self) -> None:
+        """Close the client, if the store made it from a URL (``app.on_shutdown``)."""
+        if self._own_client:
+            await self.redis.aclose()
+
+    async def load(self, value: str, max_age: int) -> Session | None:
+        if not _ID_RE.match(value):  # not one of our ids: no round trip for it
+            return None
+        fields = await self.redis.hgetall(self.prefix + value)
+        if not fields:  # expired, deleted or never ours: a new id, not the one the client chose
+            return None
+        data: dict[str, Any] = {}
+        for field, raw in fields.items():
+            try:
+                data[field.decode() if isinstance(field, bytes) else field] = json.loads(raw)
+            except ValueError:  # not written by us: leave it out
+                continue
+        return Session(data, value)
+
+    async def save(self, session: Session, max_age: int) -> str:
+        key = self.prefix + session.id
+        data = session._data
+        async with self.redis.pipeline(transaction=True) as pipe:
+            if session._fresh:  # a new id: the whole session, over anything there
+                pipe.delete(key)
+                changed = {field: json.dumps(data[field]) for field in data}
+            else:
+                changed = {field: json.dumps(data[field]) for field in session._changed}
+                if session._deleted:
+                    pipe.hdel(key, *session._deleted)
+            if changed:
+                pipe.hset(key, mapping=changed)
+            pipe.expire(key, self.ttl or max_age)
+            await pipe.execute()
+        return session.id
+
+    async def delete(self, session_id: str) -> None:
+        await self.redis.delete(self.prefix + session_id)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import socket
+import subprocess
 import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiohttp
 import pytest
 
-from aiorest import App, CookieStore, Request, Router, SessionMiddleware
+from aiorest import App, CookieStore, HTTPConflict, RedisStore, Request, Router, SessionMiddleware
 from aiorest.server import Server
 from aiorest.sessions import COOKIE_LIMIT, Session
 
@@ -18,7 +23,7 @@ OLD = "o" * 32
 NEW = "n" * 32
 
 
-def make_app(store: Any, **options: Any) -> App:
+def make_app(store: Any, barrier: asyncio.Barrier | None = None, **options: Any) -> App:
     """An app whose routes under /s use sessions; /plain has no session middleware."""
     app = App()
     group = Router(middleware=[SessionMiddleware(store, **options)])
@@ -31,6 +36,13 @@ def make_app(store: Any, **options: Any) -> App:
     async def set_keys(request: Request) -> Any:
         request.session.update(await request.json())
         return {"id": request.session.id}
+
+    @group.post("/together")
+    async def together(request: Request) -> Any:
+        request.session.update(await request.json())
+        assert barrier is not None
+        await barrier.wait()  # both requests have loaded the session before either saves
+        return {}
 
     @group.post("/del/{key}")
     async def del_key(request: Request) -> Any:
@@ -54,8 +66,6 @@ def make_app(store: Any, **options: Any) -> App:
     @group.post("/error")
     async def error(request: Request) -> Any:
         request.session["lost"] = True
-        from aiorest import HTTPConflict
-
         raise HTTPConflict("no")
 
     @app.get("/plain")
@@ -191,7 +201,7 @@ async def test_rotate_changes_the_id_and_keeps_the_data(aiorest_client: Any) -> 
     assert first != second == body["id"] and body["data"] == {"user": "ann"}
 
 
-async def test_invalidate_and_emptying_expire_the_cookie(aiorest_client: Any) -> None:
+async def test_invalidate_expires_the_cookie(aiorest_client: Any) -> None:
     client = await client_for(aiorest_client, CookieStore([NEW]))
     await (await client.post("/s/set", json={"user": "ann"})).release()
     async with client.post("/s/invalidate") as response:
@@ -199,9 +209,11 @@ async def test_invalidate_and_emptying_expire_the_cookie(aiorest_client: Any) ->
         assert cookie.startswith("session=;") and "Max-Age=0" in cookie
     async with client.get("/s/get") as response:
         assert (await response.json())["data"] == {}
-    await (await client.post("/s/set", json={"a": 1})).release()
+    await (await client.post("/s/set", json={"a": 1, "b": 2})).release()
     async with client.post("/s/del/a") as response:
-        assert "Max-Age=0" in set_cookies(response)[0]
+        assert len(set_cookies(response)) == 1
+    async with client.get("/s/get") as response:
+        assert (await response.json())["data"] == {"b": 2}
 
 
 async def test_a_raised_error_saves_nothing(aiorest_client: Any) -> None:
@@ -235,3 +247,176 @@ async def test_middleware_options_are_checked() -> None:
         SessionMiddleware(CookieStore([NEW]), max_age=0)
     with pytest.raises(ValueError):
         SessionMiddleware(CookieStore([NEW]), cookie_name="bad name")
+
+
+# -- the Redis store --------------------------------------------------------------
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    """The Redis on 127.0.0.1:6379, or a throwaway redis-server on a free port."""
+    if _answers(6379):
+        yield "redis://127.0.0.1:6379/0"
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(100):
+            if _answers(port):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("redis-server did not start")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(timeout=5)
+
+
+@pytest.fixture
+async def redis_store(redis_url: str) -> AsyncIterator[RedisStore]:
+    """A store under a prefix of its own; its keys are removed afterwards."""
+    store = RedisStore(redis_url, prefix=f"test:{uuid.uuid4().hex}:")
+    try:
+        yield store
+    finally:
+        keys = [key async for key in store.redis.scan_iter(match=store.prefix + "*")]
+        if keys:
+            await store.redis.delete(*keys)
+        await store.close()
+
+
+def cookie_of(client: Any) -> str:
+    return next(cookie.value for cookie in client.session.cookie_jar if cookie.key == "session")
+
+
+async def test_redis_set_read_and_ttl(aiorest_client: Any, redis_store: RedisStore) -> None:
+    client = await client_for(aiorest_client, redis_store, max_age=120)
+    async with client.get("/s/untouched", cookies={"session": "x" * 43}) as response:
+        assert set_cookies(response) == []  # an unknown id: nothing written
+    async with client.post("/s/set", json={"user": "ann", "n": [1]}) as response:
+        session_id = (await response.json())["id"]
+        (cookie,) = set_cookies(response)
+        assert cookie.startswith(f"session={session_id};") and "HttpOnly" in cookie
+    key = redis_store.prefix + session_id
+    assert await redis_store.redis.hgetall(key) == {b"user": b'"ann"', b"n": b"[1]"}
+    assert 110 < await redis_store.redis.ttl(key) <= 120
+    async with client.get("/s/get") as response:
+        assert await response.json() == {"data": {"user": "ann", "n": [1]}, "id": session_id}
+        assert set_cookies(response) == []
+
+
+async def test_redis_bad_or_unknown_ids_never_become_sessions(aiorest_client: Any, redis_store: RedisStore) -> None:
+    client = await client_for(aiorest_client, redis_store)
+    chosen = "A" * 43  # well-formed, but no such session: a fixation attempt
+    for value in (chosen, "short", "../../etc", "x" * 5000):
+        async with client.post("/s/set", json={"k": 1}, cookies={"session": value}) as response:
+            assert response.status == 200
+            assert (await response.json())["id"] != value
+    assert await redis_store.redis.exists(redis_store.prefix + chosen) == 0
+
+
+async def test_redis_rotate_and_invalidate(aiorest_client: Any, redis_store: RedisStore) -> None:
+    client = await client_for(aiorest_client, redis_store)
+    async with client.post("/s/set", json={"user": "ann"}) as response:
+        first = (await response.json())["id"]
+    async with client.post("/s/rotate") as response:
+        second = (await response.json())["id"]
+    assert first != second
+    assert await redis_store.redis.exists(redis_store.prefix + first) == 0
+    assert await redis_store.redis.hgetall(redis_store.prefix + second) == {b"user": b'"ann"'}
+    async with client.get("/s/get", cookies={"session": first}) as response:  # the old id is dead
+        assert (await response.json())["data"] == {}
+    async with client.post("/s/invalidate", cookies={"session": second}) as response:
+        assert "Max-Age=0" in set_cookies(response)[0]
+    assert await redis_store.redis.exists(redis_store.prefix + second) == 0
+
+
+async def test_redis_deletes_only_the_deleted_key(aiorest_client: Any, redis_store: RedisStore) -> None:
+    client = await client_for(aiorest_client, redis_store)
+    async with client.post("/s/set", json={"a": 1, "b": 2}) as response:
+        session_id = (await response.json())["id"]
+    await (await client.post("/s/del/a")).release()
+    assert await redis_store.redis.hgetall(redis_store.prefix + session_id) == {b"b": b"2"}
+
+
+async def test_redis_concurrent_requests_keep_both_keys(aiorest_client: Any, redis_store: RedisStore) -> None:
+    barrier = asyncio.Barrier(2)
+    app = make_app(redis_store, barrier)
+    client = await aiorest_client(app, cookie_jar=aiohttp.CookieJar(unsafe=True))
+    async with client.post("/s/set", json={"start": 0}) as response:
+        session_id = (await response.json())["id"]
+
+    async def post(body: dict[str, int]) -> int:
+        async with client.post("/s/together", json=body) as response:
+            return int(response.status)
+
+    assert await asyncio.wait_for(asyncio.gather(post({"a": 1}), post({"b": 2})), 5) == [200, 200]
+    async with client.get("/s/get") as response:
+        assert (await response.json())["data"] == {"start": 0, "a": 1, "b": 2}
+    assert cookie_of(client) == session_id
+
+
+def test_redis_store_options_are_checked() -> None:
+    with pytest.raises(ValueError):
+        RedisStore("redis://127.0.0.1:6379/0", ttl=0)
+
+
+async def test_no_cookie_never_reaches_the_store(aiorest_client: Any) -> None:
+    store = RedisStore("redis://127.0.0.1:1/0")  # nothing listens there: a round trip would fail
+    try:
+        client = await client_for(aiorest_client, store)
+        async with client.get("/s/get") as response:
+            assert response.status == 200 and (await response.json())["data"] == {}
+        async with client.get("/s/get", cookies={"session": "x" * 43}) as response:
+            assert response.status == 500  # with a cookie it does go to the (dead) store
+    finally:
+        await store.close()
+
+
+class CountingStore(CookieStore):
+    loads = 0
+
+    def load_now(self, value: str, max_age: int) -> Session | None:
+        self.loads += 1
+        return super().load_now(value, max_age)
+
+
+async def test_cookie_is_decoded_only_when_the_session_is_read(aiorest_client: Any) -> None:
+    store = CountingStore([NEW])
+    client = await client_for(aiorest_client, store)
+    cookie = await store.save(Session({"a": 1}), 60)
+    await (await client.get("/s/untouched", cookies={"session": cookie})).release()
+    assert store.loads == 0
+    await (await client.get("/s/get", cookies={"session": cookie})).release()
+    assert store.loads == 1
+
+
+async def test_nested_middleware_serves_once(aiorest_client: Any) -> None:
+    store = CountingStore([NEW])
+    inner = SessionMiddleware(store, cookie_name="inner")
+    app = App(middleware=[SessionMiddleware(store)])
+
+    @app.post("/both", middleware=[inner])
+    async def both(request: Request) -> Any:
+        request.session["k"] = 1
+        return {}
+
+    client = await aiorest_client(app)
+    async with client.post("/both") as response:
+        (cookie,) = set_cookies(response)
+        assert cookie.startswith("session=")  # the outer one's
