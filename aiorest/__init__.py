@@ -12,7 +12,7 @@ from .requestid import request_id
 from .response import JSONResponse, Response, StreamResponse
 from .routing import Handler, NoMatchFound, Route, RouteOptions, Router
 from .server import Server, run
-from .sessions import CookieStore, RedisStore, Session, SessionMiddleware, SessionStore
+from .sessions import CookieStore, PostgresStore, RedisStore, Session, SessionMiddleware, SessionStore
 from .typed import Body, Cookie, Header, Query
 
 __version__ = "0.1.0"
@@ -48,6 +48,7 @@ __all__ = [
     *_exceptions_all,
     # sessions
     "CookieStore",
+    "PostgresStore",
     "RedisStore",
     "Session",
     "SessionMiddleware",

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any
 from .cookies import SameSite, format_set_cookie
 
 if TYPE_CHECKING:
+    from .db import Database
     from .request import Request
     from .response import Response
     from .routing import Handler
 
-__all__ = ["Session", "SessionStore", "SessionMiddleware", "CookieStore", "RedisStore"]
+__all__ = ["Session", "SessionStore", "SessionMiddleware", "CookieStore", "RedisStore", "PostgresStore"]
 
 # Browsers keep a cookie of up to 4096 bytes, name and value (RFC 6265, 6.1 asks for
 # at least that much). A longer one is dropped silently, by the browser: refuse to send it.
@@ -349,3 +350,73 @@ class RedisStore(SessionStore):
 
     async def delete(self, session_id: str) -> None:
         await self.redis.delete(self.prefix + session_id)
+
+
+# -- the data in PostgreSQL -------------------------------------------------------
+
+# A row's keys are merged, not replaced: the keys this request deleted go (jsonb -),
+# the keys it set are laid over the rest (jsonb ||), in one statement, so that two
+# requests of one session at once keep each other's keys.
+_UPSERT = """
+INSERT INTO aiorest_sessions AS s (id, data, expires_at)
+VALUES (%s, %s::jsonb, now() + make_interval(secs => %s))
+ON CONFLICT (id) DO UPDATE SET
+    data = CASE WHEN %s THEN EXCLUDED.data ELSE (s.data - %s::text[]) || EXCLUDED.data END,
+    expires_at = EXCLUDED.expires_at
+"""
+_PURGE = """
+DELETE FROM aiorest_sessions WHERE id IN (
+    SELECT id FROM aiorest_sessions WHERE expires_at < now() LIMIT %s
+)
+"""
+
+
+class PostgresStore(SessionStore):
+    """Keeps each session in a row of ``aiorest_sessions``, its keys a jsonb object.
+
+    The table is made by a migration aiorest ships: ``aiorest migrate --dir
+    aiorest:sessions``. The cookie holds the session's random id. A request
+    writes only the keys it changed, merged into the row in one statement.
+    Expired rows are deleted, ``purge_batch`` at a time, at most every
+    ``purge_every`` seconds, by whichever request saves a session then.
+    """
+
+    def __init__(
+        self, database: Database, *, ttl: int | None = None, purge_every: float = 300.0, purge_batch: int = 1000
+    ) -> None:
+        if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool) or ttl <= 0):
+            raise ValueError(f"ttl must be a positive number of seconds, not {ttl!r}")
+        self.database = database
+        self.ttl = ttl
+        self.purge_every = purge_every
+        self.purge_batch = purge_batch
+        self._purged = time.monotonic()
+
+    async def load(self, value: str, max_age: int) -> Session | None:
+        if not _ID_RE.match(value):
+            return None
+        data = await self.database.fetchval(
+            "SELECT data FROM aiorest_sessions WHERE id = %s AND expires_at > now()", (value,)
+        )
+        if not isinstance(data, dict):  # no such session, or expired
+            return None
+        return Session(data, value)
+
+    async def save(self, session: Session, max_age: int) -> str:
+        data = session._data
+        changed = data if session._fresh else {field: data[field] for field in session._changed}
+        await self.database.execute(
+            _UPSERT,
+            (session.id, json.dumps(changed), self.ttl or max_age, session._fresh, sorted(session._deleted)),
+        )
+        if time.monotonic() - self._purged > self.purge_every:
+            self._purged = time.monotonic()
+            await self.purge_expired()
+        return session.id
+
+    async def delete(self, session_id: str) -> None:
+        await self.database.execute("DELETE FROM aiorest_sessions WHERE id = %s", (session_id,))
+
+    async def purge_expired(self) -> int:
+        """Delete up to ``purge_batch`` expired sessions; returns how many."""
+        return await self.database.execute(_PURGE, (self.purge_batch,))

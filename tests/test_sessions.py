@@ -7,6 +7,7 @@ import base64
 import json
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -15,9 +16,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from aiorest import App, CookieStore, HTTPConflict, RedisStore, Request, Router, SessionMiddleware
+from aiorest import App, CookieStore, HTTPConflict, PostgresStore, RedisStore, Request, Router, SessionMiddleware
+from aiorest.db import Database
+from aiorest.migrations import MigrationError, load_migrations, migrate
 from aiorest.server import Server
-from aiorest.sessions import COOKIE_LIMIT, Session
+from aiorest.sessions import COOKIE_LIMIT, Session, SessionStore
 
 OLD = "o" * 32
 NEW = "n" * 32
@@ -354,10 +357,9 @@ async def test_redis_deletes_only_the_deleted_key(aiorest_client: Any, redis_sto
     assert await redis_store.redis.hgetall(redis_store.prefix + session_id) == {b"b": b"2"}
 
 
-async def test_redis_concurrent_requests_keep_both_keys(aiorest_client: Any, redis_store: RedisStore) -> None:
-    barrier = asyncio.Barrier(2)
-    app = make_app(redis_store, barrier)
-    client = await aiorest_client(app, cookie_jar=aiohttp.CookieJar(unsafe=True))
+async def write_two_keys_at_once(aiorest_client: Any, store: SessionStore) -> tuple[Any, str]:
+    """Two requests of one session, each setting a key, both loaded before either saves."""
+    client = await aiorest_client(make_app(store, asyncio.Barrier(2)), cookie_jar=aiohttp.CookieJar(unsafe=True))
     async with client.post("/s/set", json={"start": 0}) as response:
         session_id = (await response.json())["id"]
 
@@ -366,6 +368,11 @@ async def test_redis_concurrent_requests_keep_both_keys(aiorest_client: Any, red
             return int(response.status)
 
     assert await asyncio.wait_for(asyncio.gather(post({"a": 1}), post({"b": 2})), 5) == [200, 200]
+    return client, session_id
+
+
+async def test_redis_concurrent_requests_keep_both_keys(aiorest_client: Any, redis_store: RedisStore) -> None:
+    client, session_id = await write_two_keys_at_once(aiorest_client, redis_store)
     async with client.get("/s/get") as response:
         assert (await response.json())["data"] == {"start": 0, "a": 1, "b": 2}
     assert cookie_of(client) == session_id
@@ -420,3 +427,77 @@ async def test_nested_middleware_serves_once(aiorest_client: Any) -> None:
     async with client.post("/both") as response:
         (cookie,) = set_cookies(response)
         assert cookie.startswith("session=")  # the outer one's
+
+
+# -- the PostgreSQL store -------------------------------------------------------------
+
+
+@pytest.fixture
+async def pg_store(database_url: str) -> AsyncIterator[PostgresStore]:
+    """A fresh database migrated by the command line, as an app would be, and a store on it."""
+    command = [sys.executable, "-m", "aiorest", "migrate", "--dir", "aiorest:sessions", "--dsn", database_url]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "1 migration(s) applied" in done.stdout, done.stderr
+    database = Database(database_url, min_size=1, max_size=4)
+    await database.open()
+    try:
+        yield PostgresStore(database)
+    finally:
+        await database.close()
+
+
+async def row(store: PostgresStore, session_id: str) -> Any:
+    return await store.database.fetchval("SELECT data FROM aiorest_sessions WHERE id = %s", (session_id,))
+
+
+async def test_aiorest_migrations_do_not_collide_with_the_app_s(database_url: str, tmp_path: Any) -> None:
+    (tmp_path / "0001_things.sql").write_text("CREATE TABLE things (id int PRIMARY KEY);")
+    database = Database(database_url, min_size=1, max_size=2)
+    await database.open()
+    try:
+        assert [m.version for m in await migrate(database, tmp_path)] == [1]
+        assert [m.version for m in await migrate(database, "aiorest:sessions")] == [-1]
+        assert await migrate(database, tmp_path) == [] and await migrate(database, "aiorest:sessions") == []
+        assert await database.fetchval("SELECT count(*) FROM aiorest_sessions") == 0
+    finally:
+        await database.close()
+    with pytest.raises(MigrationError, match="ships no migrations named 'nope'"):
+        load_migrations("aiorest:nope")
+
+
+async def test_postgres_set_read_rotate_invalidate(aiorest_client: Any, pg_store: PostgresStore) -> None:
+    client = await client_for(aiorest_client, pg_store)
+    async with client.get("/s/get", cookies={"session": "A" * 43}) as response:  # unknown id
+        assert (await response.json())["data"] == {} and set_cookies(response) == []
+    async with client.post("/s/set", json={"user": "ann", "n": [1]}) as response:
+        first = (await response.json())["id"]
+    assert await row(pg_store, first) == {"user": "ann", "n": [1]}
+    async with client.get("/s/get") as response:
+        assert (await response.json())["data"] == {"user": "ann", "n": [1]} and set_cookies(response) == []
+    await (await client.post("/s/del/n")).release()
+    assert await row(pg_store, first) == {"user": "ann"}
+    async with client.post("/s/rotate") as response:
+        second = (await response.json())["id"]
+    assert first != second and await row(pg_store, first) is None
+    assert await row(pg_store, second) == {"user": "ann"}
+    async with client.post("/s/invalidate") as response:
+        assert "Max-Age=0" in set_cookies(response)[0]
+    assert await row(pg_store, second) is None
+
+
+async def test_postgres_concurrent_requests_keep_both_keys(aiorest_client: Any, pg_store: PostgresStore) -> None:
+    _, session_id = await write_two_keys_at_once(aiorest_client, pg_store)
+    assert await row(pg_store, session_id) == {"start": 0, "a": 1, "b": 2}
+
+
+async def test_postgres_expired_rows_are_ignored_then_purged(aiorest_client: Any, pg_store: PostgresStore) -> None:
+    client = await client_for(aiorest_client, pg_store)
+    async with client.post("/s/set", json={"k": 1}) as response:
+        session_id = (await response.json())["id"]
+    await pg_store.database.execute("UPDATE aiorest_sessions SET expires_at = now() - interval '1 second'")
+    async with client.get("/s/get") as response:
+        assert (await response.json())["data"] == {}
+    pg_store.purge_every = 0  # the next save purges
+    await (await client.post("/s/set", json={"other": 1}, cookies={"session": ""})).release()
+    assert await row(pg_store, session_id) is None
+    assert await pg_store.database.fetchval("SELECT count(*) FROM aiorest_sessions") == 1
