@@ -66,7 +66,9 @@ class Session(MutableMapping[str, Any]):
         if not isinstance(key, str):
             raise TypeError(f"session keys are strings, not {type(key).__name__}")
         try:
-            json.dumps(value)  # here, where the bug is, rather than when the session is saved
+            # Here, where the bug is, rather than when the session is saved. NaN and
+            # Infinity are not JSON: PostgreSQL's jsonb, and other readers, refuse them.
+            json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"session[{key!r}] must be a JSON value: {exc}") from None
         self._data[key] = value

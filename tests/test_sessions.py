@@ -187,6 +187,8 @@ def test_values_must_be_json() -> None:
     session = Session()
     with pytest.raises(TypeError, match="JSON value"):
         session["when"] = object()
+    with pytest.raises(TypeError, match="JSON value"):
+        session["ratio"] = float("nan")
     with pytest.raises(TypeError, match="strings"):
         session[1] = 2  # type: ignore[index]
     assert not session.modified
