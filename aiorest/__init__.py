@@ -14,6 +14,7 @@ from .requestid import request_id
 from .response import JSONResponse, Response, StreamResponse
 from .routing import Handler, NoMatchFound, Route, RouteOptions, Router
 from .server import Server, run
+from .sessions import CookieStore, PostgresStore, RedisStore, Session, SessionMiddleware, SessionStore
 from .typed import Body, Cookie, Header, Query
 
 __version__ = "0.1.0"
@@ -51,4 +52,11 @@ __all__ = [
     # compression
     "Compression",
     "Decompression",
+    # sessions
+    "CookieStore",
+    "PostgresStore",
+    "RedisStore",
+    "Session",
+    "SessionMiddleware",
+    "SessionStore",
 ]

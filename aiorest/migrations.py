@@ -82,8 +82,26 @@ def _superseded(file_name: str, sql: str) -> frozenset[str]:
     return frozenset(checksums)
 
 
+# aiorest's own migrations: ``aiorest:NAME`` is the folder aiorest/sql/NAME. They are
+# recorded under negative versions (-1 for 0001), which an app's NNNN files never
+# have, so that they share aiorest_migrations with the app's without colliding.
+BUILTIN_PREFIX = "aiorest:"
+_BUILTIN_DIR = Path(__file__).parent / "sql"
+
+
 def load_migrations(directory: str | Path) -> list[Migration]:
-    """The ``NNNN_name.sql`` files of ``directory``, by version."""
+    """The ``NNNN_name.sql`` files of ``directory``, by version.
+
+    ``"aiorest:sessions"`` names the migrations aiorest ships (here, the table of
+    :class:`~aiorest.PostgresStore`), recorded under negative versions.
+    """
+    sign = 1
+    if isinstance(directory, str) and directory.startswith(BUILTIN_PREFIX):
+        name = directory[len(BUILTIN_PREFIX) :]
+        shipped = sorted(path.name for path in _BUILTIN_DIR.iterdir() if path.is_dir())
+        if name not in shipped:
+            raise MigrationError(f"aiorest ships no migrations named {name!r}; it has: {', '.join(shipped)}")
+        directory, sign = _BUILTIN_DIR / name, -1
     directory = Path(directory)
     if not directory.is_dir():
         raise MigrationError(f"no migrations folder at {directory}")
@@ -98,7 +116,7 @@ def load_migrations(directory: str | Path) -> list[Migration]:
         if version in migrations:
             raise MigrationError(f"{path.name}: version {version} is also {migrations[version].path.name}")
         sql = path.read_text(encoding="utf-8")
-        migrations[version] = Migration(version, match.group(2), path, sql, _superseded(path.name, sql))
+        migrations[version] = Migration(sign * version, match.group(2), path, sql, _superseded(path.name, sql))
     return [migrations[v] for v in sorted(migrations)]
 
 

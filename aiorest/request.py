@@ -10,7 +10,7 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl
 
 from .cookies import parse_cookie
@@ -19,6 +19,9 @@ from .exceptions import ClientDisconnected, HTTPBadRequest, HTTPError, HTTPUnsup
 from .jsoncodec import JSONCodec
 from .proxies import Forwarded, TrustedProxies, resolve_forwarded, valid_host
 from .requestid import RequestId, format_request_id
+
+if TYPE_CHECKING:
+    from .sessions import Session, SessionMiddleware
 
 __all__ = ["Request", "AppInterface", "BodySource"]
 
@@ -86,6 +89,8 @@ class Request:
     _id: RequestId = b"-"  # the connection sets it before the handler runs (see requestid.py)
     _started = 0.0  # when the handler began (monotonic), for the access log
     _forwarded: Forwarded | None = None
+    _session_middleware: SessionMiddleware | None = None  # set by the middleware, see sessions.py
+    _session: Session | None = None
 
     def __init__(
         self,
@@ -141,6 +146,25 @@ class Request:
         if self._state is None:
             self._state = State()
         return self._state
+
+    @property
+    def session(self) -> Session:
+        """The session (see :doc:`sessions`): a mapping of JSON values kept across requests.
+
+        Needs :class:`SessionMiddleware` around the route; a cookie store decodes
+        its cookie on first access, so a handler that never looks pays nothing.
+        """
+        session = self._session
+        if session is None:
+            middleware = self._session_middleware
+            if middleware is None:
+                raise RuntimeError(
+                    "request.session needs SessionMiddleware around this route: add"
+                    " SessionMiddleware(CookieStore(secrets=[...])) to App(middleware=[...]),"
+                    " to a Router's or to the route's middleware=[...]"
+                )
+            session = self._session = middleware._open(self)
+        return session
 
     @property
     def client(self) -> tuple[str, int] | None:

@@ -512,6 +512,20 @@ async def exercise_auth(module: ModuleType, client: Any) -> None:
         assert response.status == 429 and int(response.headers["Retry-After"]) > 0
 
 
+async def exercise_sessions(module: ModuleType, client: Any) -> None:
+    async with client.get("/me") as response:
+        assert response.status == 401 and "Set-Cookie" not in response.headers
+    async with client.post("/login", json={"user": "ada", "password": "nope"}) as response:
+        assert response.status == 401 and "Set-Cookie" not in response.headers
+    async with client.post("/login", json={"user": "ada", "password": "open sesame"}) as response:
+        cookie = response.cookies["session"]
+        assert cookie["httponly"] and cookie["samesite"] == "Lax" and cookie["max-age"] == "3600"
+    async with client.get("/me", cookies={"session": cookie.value}) as response:
+        assert await response.json() == {"user": "ada"}
+    async with client.post("/logout", cookies={"session": cookie.value}) as response:
+        assert response.cookies["session"]["max-age"] == "0"
+
+
 EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "behind_proxy": exercise_behind_proxy,
     "inventory": exercise_inventory,
@@ -532,6 +546,7 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "cors": exercise_cors,
     "compression": exercise_compression,
     "auth": exercise_auth,
+    "sessions": exercise_sessions,
 }
 
 

@@ -1,0 +1,424 @@
+"""Sessions: ``request.session``, a mapping of JSON values kept across requests.
+
+:class:`SessionMiddleware` puts the session on the request and, after the
+handler, writes it back only if it changed. Where the data lives is the store's
+business: :class:`CookieStore` keeps it in the cookie itself, signed;
+:class:`RedisStore` keeps it in Redis, and the cookie holds only a random id.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import importlib
+import json
+import re
+import secrets as _secrets
+import time
+from collections.abc import Iterator, MutableMapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .cookies import SameSite, format_set_cookie
+
+if TYPE_CHECKING:
+    from .db import Database
+    from .request import Request
+    from .response import Response
+    from .routing import Handler
+
+__all__ = ["Session", "SessionStore", "SessionMiddleware", "CookieStore", "RedisStore", "PostgresStore"]
+
+# Browsers keep a cookie of up to 4096 bytes, name and value (RFC 6265, 6.1 asks for
+# at least that much). A longer one is dropped silently, by the browser: refuse to send it.
+COOKIE_LIMIT = 4096
+_MIN_SECRET = 32  # bytes: a key shorter than the HMAC's 256-bit output weakens it
+_CLOCK_SKEW = 60  # seconds a cookie's issue time may be ahead of this server's clock
+_ID_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")  # secrets.token_urlsafe(32)
+
+
+def new_session_id() -> str:
+    """A random session id: 256 bits, URL-safe base64 (43 characters)."""
+    return _secrets.token_urlsafe(32)
+
+
+class Session(MutableMapping[str, Any]):
+    """The session of one request: string keys, JSON values.
+
+    Changes are tracked key by key, so that an unchanged session writes nothing
+    and a server-side store writes only the keys that changed. A value changed
+    in place (``session["cart"].append(item)``) is not seen: assign it again.
+    """
+
+    def __init__(self, data: dict[str, Any] | None = None, session_id: str | None = None) -> None:
+        self._data: dict[str, Any] = data if data is not None else {}
+        self._loaded_id = session_id  # the id the client sent; None for a new session
+        self.id: str = session_id if session_id is not None else new_session_id()
+        self._changed: set[str] = set()
+        self._deleted: set[str] = set()
+        self._fresh = session_id is None  # the store must write the whole session under self.id
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if not isinstance(key, str):
+            raise TypeError(f"session keys are strings, not {type(key).__name__}")
+        try:
+            # Here, where the bug is, rather than when the session is saved. NaN and
+            # Infinity are not JSON: PostgreSQL's jsonb, and other readers, refuse them.
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"session[{key!r}] must be a JSON value: {exc}") from None
+        self._data[key] = value
+        self._changed.add(key)
+        self._deleted.discard(key)
+
+    def __delitem__(self, key: str) -> None:
+        del self._data[key]
+        self._changed.discard(key)
+        self._deleted.add(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"<Session {len(self._data)} keys>"
+
+    def rotate(self) -> None:
+        """Give the session a new id, keeping its data; the old id stops working.
+
+        Call it when the user logs in, so that an id planted in the browser
+        before (session fixation) does not become a logged-in session.
+        """
+        self.id = new_session_id()
+        self._fresh = True
+
+    def invalidate(self) -> None:
+        """Drop the data, delete the server's record and expire the cookie (logout).
+
+        Keys set afterwards start a new session, under a new id.
+        """
+        self._data.clear()
+        self._changed.clear()
+        self._deleted.clear()
+        self.id = new_session_id()
+        self._fresh = True
+
+    @property
+    def modified(self) -> bool:
+        """Whether the response must write the session (or expire its cookie)."""
+        if self._fresh:
+            return bool(self._data) or self._loaded_id is not None
+        return bool(self._changed or self._deleted)
+
+
+class SessionStore:
+    """Where sessions live. Subclasses implement :meth:`load`, :meth:`save` and :meth:`delete`.
+
+    ``lazy`` stores need no I/O to load: ``request.session`` decodes the cookie on
+    first access. Other stores are loaded by the middleware before the handler,
+    when the request has a session cookie (and only then).
+    """
+
+    lazy = False
+
+    def load_now(self, value: str, max_age: int) -> Session | None:
+        """The session a cookie value names, loaded without I/O (``lazy`` stores only)."""
+        raise NotImplementedError
+
+    async def load(self, value: str, max_age: int) -> Session | None:
+        """The session a cookie value names; None if it is invalid, expired or gone."""
+        return self.load_now(value, max_age)
+
+    async def save(self, session: Session, max_age: int) -> str:
+        """Write a modified, non-empty session; return the cookie value that names it."""
+        raise NotImplementedError
+
+    async def delete(self, session_id: str) -> None:
+        """Forget a session id (after ``rotate()`` or ``invalidate()``, or when emptied)."""
+
+
+class SessionMiddleware:
+    """Middleware that gives ``request.session`` to the handlers it wraps.
+
+    The cookie is ``HttpOnly``, ``SameSite=Lax``, ``Path=/``, lasts ``max_age``
+    seconds from the last change, and is ``Secure`` when the request came over
+    https (``request.scheme``, which trusted proxies set) unless ``secure`` says
+    otherwise. The session is written only when the handler returns a response:
+    a raised error saves none of the request's changes.
+    """
+
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        cookie_name: str = "session",
+        max_age: int = 14 * 24 * 3600,
+        path: str = "/",
+        domain: str | None = None,
+        secure: bool | None = None,
+        httponly: bool = True,
+        samesite: SameSite | None = "lax",
+    ) -> None:
+        if not isinstance(max_age, int) or isinstance(max_age, bool) or max_age <= 0:
+            raise ValueError(f"max_age must be a positive number of seconds, not {max_age!r}")
+        format_set_cookie(cookie_name, "", path=path, domain=domain, samesite=samesite)  # checks them now
+        self.store = store
+        self.cookie_name = cookie_name
+        self.max_age = max_age
+        self.path = path
+        self.domain = domain
+        self.secure = secure
+        self.httponly = httponly
+        self.samesite = samesite
+
+    async def __call__(self, request: Request, handler: Handler) -> Response:
+        if request._session_middleware is not None:  # an outer one already serves this request
+            return await handler(request)  # type: ignore[no-any-return]
+        request._session_middleware = self
+        if not self.store.lazy:
+            value = request.cookies.get(self.cookie_name)
+            if value is not None:
+                request._session = await self.store.load(value, self.max_age) or Session()
+        response: Response = await handler(request)
+        session = request._session
+        if session is not None and session.modified:
+            await self._commit(request, session, response)
+        return response
+
+    def _open(self, request: Request) -> Session:
+        """The session of a request whose session nothing loaded yet (``request.session``)."""
+        if self.store.lazy:
+            value = request.cookies.get(self.cookie_name)
+            if value is not None:
+                return self.store.load_now(value, self.max_age) or Session()
+        return Session()
+
+    async def _commit(self, request: Request, session: Session, response: Response) -> None:
+        old = session._loaded_id
+        if old is not None and old != session.id:  # rotated or invalidated: the old id dies
+            await self.store.delete(old)
+        secure = request.scheme == "https" if self.secure is None else self.secure
+        attributes: dict[str, Any] = dict(
+            path=self.path, domain=self.domain, secure=secure, httponly=self.httponly, samesite=self.samesite
+        )
+        if session._fresh and not session:  # invalidated, and nothing set since: no session at all
+            response.delete_cookie(self.cookie_name, **attributes)
+            return
+        value = await self.store.save(session, self.max_age)
+        if len(self.cookie_name) + 1 + len(value) > COOKIE_LIMIT:
+            raise ValueError(
+                f"the session cookie would be {len(self.cookie_name) + 1 + len(value)} bytes, over the"
+                f" {COOKIE_LIMIT} browsers keep: store less in the session, or use a server-side store"
+            )
+        response.set_cookie(self.cookie_name, value, max_age=self.max_age, **attributes)
+
+
+# -- the data in the cookie ---------------------------------------------------------
+
+
+def _b64encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _b64decode(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class CookieStore(SessionStore):
+    """Keeps the session in the cookie: ``payload.signature``, both URL-safe base64.
+
+    The payload is JSON ``{"t": issued, "i": id, "d": data}``, signed with
+    HMAC-SHA256 by the first of ``secrets``; any of them verifies, so a new secret
+    goes first and the old one stays until the cookies it signed have expired.
+    The issue time is inside the signed payload: a client cannot extend its expiry.
+    The data is readable by the client (signed, not encrypted): keep no secrets in it.
+    """
+
+    lazy = True
+
+    def __init__(self, secrets: Sequence[str | bytes]) -> None:
+        if isinstance(secrets, (str, bytes)) or not secrets:
+            raise ValueError("CookieStore needs a list of secrets, the signing one first")
+        keys = [secret.encode() if isinstance(secret, str) else bytes(secret) for secret in secrets]
+        for index, key in enumerate(keys):
+            if len(key) < _MIN_SECRET:
+                raise ValueError(
+                    f"secret {index} is {len(key)} bytes; a session secret needs at least {_MIN_SECRET}"
+                    " random bytes, such as secrets.token_urlsafe(32) gives"
+                )
+        self._keys = keys
+
+    def _sign(self, key: bytes, payload: str) -> bytes:
+        return hmac.new(key, b"aiorest.session:" + payload.encode("ascii"), hashlib.sha256).digest()
+
+    def load_now(self, value: str, max_age: int) -> Session | None:
+        if len(value) > COOKIE_LIMIT:
+            return None
+        payload, dot, signature = value.rpartition(".")
+        if not dot:
+            return None
+        try:
+            mac = _b64decode(signature)
+            if not any(hmac.compare_digest(mac, self._sign(key, payload)) for key in self._keys):
+                return None
+            content = json.loads(_b64decode(payload))
+        except (binascii.Error, ValueError):  # bad base64, non-ASCII, bad JSON
+            return None
+        if not isinstance(content, dict):
+            return None
+        issued, session_id, data = content.get("t"), content.get("i"), content.get("d")
+        if not isinstance(issued, int) or not isinstance(session_id, str) or not isinstance(data, dict):
+            return None
+        now = time.time()
+        if not issued - _CLOCK_SKEW <= now < issued + max_age:
+            return None
+        return Session(data, session_id)
+
+    async def save(self, session: Session, max_age: int) -> str:
+        content = {"t": int(time.time()), "i": session.id, "d": session._data}
+        payload = _b64encode(json.dumps(content, separators=(",", ":")).encode())
+        return f"{payload}.{_b64encode(self._sign(self._keys[0], payload))}"
+
+
+# -- the data in Redis -----------------------------------------------------------
+
+
+class RedisStore(SessionStore):
+    """Keeps each session in a Redis hash, one field per key; the cookie holds its id.
+
+    ``redis`` is a URL (``redis://127.0.0.1:6379/0``) or a ``redis.asyncio.Redis``
+    client (``pip install 'aiorest[sessions-redis]'``). A session lives at
+    ``prefix + id`` and expires ``ttl`` seconds (by default the middleware's
+    ``max_age``) after its last change. Only the keys a request changed are
+    written (``HSET``/``HDEL`` in one ``MULTI``), so two requests of one session
+    at once keep each other's keys.
+    """
+
+    def __init__(self, redis: Any, *, prefix: str = "aiorest:session:", ttl: int | None = None) -> None:
+        if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool) or ttl <= 0):
+            raise ValueError(f"ttl must be a positive number of seconds, not {ttl!r}")
+        self._own_client = isinstance(redis, str)
+        if isinstance(redis, str):
+            try:
+                module = importlib.import_module("redis.asyncio")
+            except ImportError:
+                raise RuntimeError("RedisStore needs redis: pip install 'aiorest[sessions-redis]'") from None
+            redis = module.from_url(redis)
+        self.redis = redis
+        self.prefix = prefix
+        self.ttl = ttl
+
+    async def close(self) -> None:
+        """Close the client, if the store made it from a URL (``app.on_shutdown``)."""
+        if self._own_client:
+            await self.redis.aclose()
+
+    async def load(self, value: str, max_age: int) -> Session | None:
+        if not _ID_RE.match(value):  # not one of our ids: no round trip for it
+            return None
+        fields = await self.redis.hgetall(self.prefix + value)
+        if not fields:  # expired, deleted or never ours: a new id, not the one the client chose
+            return None
+        data: dict[str, Any] = {}
+        for field, raw in fields.items():
+            try:
+                data[field.decode() if isinstance(field, bytes) else field] = json.loads(raw)
+            except ValueError:  # not written by us: leave it out
+                continue
+        return Session(data, value)
+
+    async def save(self, session: Session, max_age: int) -> str:
+        key = self.prefix + session.id
+        data = session._data
+        async with self.redis.pipeline(transaction=True) as pipe:
+            if session._fresh:  # a new id: the whole session, over anything there
+                pipe.delete(key)
+                changed = {field: json.dumps(data[field]) for field in data}
+            else:
+                changed = {field: json.dumps(data[field]) for field in session._changed}
+                if session._deleted:
+                    pipe.hdel(key, *session._deleted)
+            if changed:
+                pipe.hset(key, mapping=changed)
+            pipe.expire(key, self.ttl or max_age)
+            await pipe.execute()
+        return session.id
+
+    async def delete(self, session_id: str) -> None:
+        await self.redis.delete(self.prefix + session_id)
+
+
+# -- the data in PostgreSQL -------------------------------------------------------
+
+# A row's keys are merged, not replaced: the keys this request deleted go (jsonb -),
+# the keys it set are laid over the rest (jsonb ||), in one statement, so that two
+# requests of one session at once keep each other's keys.
+_UPSERT = """
+INSERT INTO aiorest_sessions AS s (id, data, expires_at)
+VALUES (%s, %s::jsonb, now() + make_interval(secs => %s))
+ON CONFLICT (id) DO UPDATE SET
+    data = CASE WHEN %s THEN EXCLUDED.data ELSE (s.data - %s::text[]) || EXCLUDED.data END,
+    expires_at = EXCLUDED.expires_at
+"""
+_PURGE = """
+DELETE FROM aiorest_sessions WHERE id IN (
+    SELECT id FROM aiorest_sessions WHERE expires_at < now() LIMIT %s
+)
+"""
+
+
+class PostgresStore(SessionStore):
+    """Keeps each session in a row of ``aiorest_sessions``, its keys a jsonb object.
+
+    The table is made by a migration aiorest ships: ``aiorest migrate --dir
+    aiorest:sessions``. The cookie holds the session's random id. A request
+    writes only the keys it changed, merged into the row in one statement.
+    Expired rows are deleted, ``purge_batch`` at a time, at most every
+    ``purge_every`` seconds, by whichever request saves a session then.
+    """
+
+    def __init__(
+        self, database: Database, *, ttl: int | None = None, purge_every: float = 300.0, purge_batch: int = 1000
+    ) -> None:
+        if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool) or ttl <= 0):
+            raise ValueError(f"ttl must be a positive number of seconds, not {ttl!r}")
+        self.database = database
+        self.ttl = ttl
+        self.purge_every = purge_every
+        self.purge_batch = purge_batch
+        self._purged = time.monotonic()
+
+    async def load(self, value: str, max_age: int) -> Session | None:
+        if not _ID_RE.match(value):
+            return None
+        data = await self.database.fetchval(
+            "SELECT data FROM aiorest_sessions WHERE id = %s AND expires_at > now()", (value,)
+        )
+        if not isinstance(data, dict):  # no such session, or expired
+            return None
+        return Session(data, value)
+
+    async def save(self, session: Session, max_age: int) -> str:
+        data = session._data
+        changed = data if session._fresh else {field: data[field] for field in session._changed}
+        await self.database.execute(
+            _UPSERT,
+            (session.id, json.dumps(changed), self.ttl or max_age, session._fresh, sorted(session._deleted)),
+        )
+        if time.monotonic() - self._purged > self.purge_every:
+            self._purged = time.monotonic()
+            await self.purge_expired()
+        return session.id
+
+    async def delete(self, session_id: str) -> None:
+        await self.database.execute("DELETE FROM aiorest_sessions WHERE id = %s", (session_id,))
+
+    async def purge_expired(self) -> int:
+        """Delete up to ``purge_batch`` expired sessions; returns how many."""
+        return await self.database.execute(_PURGE, (self.purge_batch,))
