@@ -42,6 +42,7 @@ except ImportError:  # an optional dependency: the password functions say so whe
     argon2 = None  # type: ignore[assignment]
 
 __all__ = [
+    "AnyIdentity",
     "Auth",
     "AuthorizationPolicy",
     "BearerTokenIdentity",
@@ -50,6 +51,7 @@ __all__ = [
     "LoginRateLimiter",
     "Passwords",
     "PermissionsPolicy",
+    "SessionIdentity",
     "hash_password",
     "identity",
     "login_required",
@@ -169,6 +171,61 @@ class BearerTokenIdentity:
         if not sent:
             return f'Bearer realm="{self.realm}"'
         return f'Bearer realm="{self.realm}", error="invalid_token"'
+
+
+class SessionIdentity:
+    """Identifies a request by what its login put in the session (``request.session``).
+
+    The login handler rotates the session (a new id, against session fixation)
+    and stores the user's id under ``key``; logout invalidates the session.
+    ``load(user_id)`` is the app's: an awaitable of the identity, or of None for
+    an id it no longer knows (a deleted user): not authenticated. A session
+    middleware must wrap the routes (see :doc:`sessions`); without one,
+    ``request.session`` raises and the request ends as a 500.
+
+    A cookie has no registered ``WWW-Authenticate`` scheme, yet a 401 must carry
+    one (RFC 9110 section 15.5.2): the challenge is ``Session realm="..."``, which
+    no browser acts on (``Basic`` would open a login dialog).
+    """
+
+    def __init__(
+        self, load: Callable[[Any], Awaitable[Any | None]], *, key: str = "user_id", realm: str = "app"
+    ) -> None:
+        if not _REALM_RE.fullmatch(realm):
+            raise ValueError(f"realm {realm!r} must be printable ASCII without '\"' or '\\'")
+        self.load = load
+        self.key = key
+        self.realm = realm
+
+    async def identify(self, request: Request) -> Any | None:
+        user_id = request.session.get(self.key)
+        if user_id is None:
+            return None
+        return await self.load(user_id)
+
+    def challenge(self, request: Request) -> str:
+        return f'Session realm="{self.realm}"'
+
+
+class AnyIdentity:
+    """The first of several identity policies that identifies the request: a session for
+    browsers and a bearer token for API clients, say. A 401 carries every policy's challenge."""
+
+    def __init__(self, *policies: IdentityPolicy) -> None:
+        if not policies:
+            raise ValueError("AnyIdentity needs at least one identity policy")
+        self.policies = policies
+
+    async def identify(self, request: Request) -> Any | None:
+        for policy in self.policies:
+            found = await policy.identify(request)
+            if found is not None:
+                return found
+        return None
+
+    def challenge(self, request: Request) -> str | None:
+        challenges = [c for c in (policy.challenge(request) for policy in self.policies) if c is not None]
+        return ", ".join(challenges) or None
 
 
 def token_hash(token: str) -> str:

@@ -1,7 +1,14 @@
 """What each battery costs: a route with it against the same route without it, in one run.
 
-    python bench/batteries.py --rounds 10          # every battery, 10 interleaved rounds of 5 s
+    python bench/batteries.py --rounds 10 --dsn postgresql://postgres@127.0.0.1/aiorest_bench \
+        --redis redis://127.0.0.1:6379/0          # every battery, 10 interleaved rounds of 5 s
     python bench/batteries.py --smoke              # one round of 1 s: a check, not a measurement
+
+The batteries: gzip on a 10 KB and a 100 B JSON body, CORS on a simple request,
+a session read from a signed cookie, from Redis (``--redis``) and from
+PostgreSQL (``--dsn``: aiorest's session table is created there); without
+those options their session battery is left out. ``--only gzip,cookie`` picks
+by name.
 
 One server process (bench/servers/batteries_app.py) serves each route twice,
 plain and with the battery, pinned to CPU 0 like bench/run.py; wrk (pinned to
@@ -46,46 +53,68 @@ class Battery:
     name: str
     plain: str
     path: str
-    headers: tuple[str, ...]
+    headers: tuple[str, ...] = ()
+    #: POSTed once per server before measuring: its Set-Cookie goes into every request of the pair.
+    login: str | None = None
+    #: "redis" or "dsn": the option it needs; left out without it.
+    needs: str | None = None
 
 
 BATTERIES = [
     Battery("gzip, 10 KB JSON", "/big", "/gz/big", ("Accept-Encoding: gzip",)),
     Battery("gzip, 100 B JSON", "/small", "/gz/small", ("Accept-Encoding: gzip",)),
     Battery("CORS, simple request", "/small", "/cors/small", (f"Origin: {ORIGIN}",)),
+    Battery("session read, signed cookie", "/me", "/session/cookie/me", login="/session/cookie/login"),
+    Battery("session read, Redis", "/me", "/session/redis/me", login="/session/redis/login", needs="redis"),
+    Battery("session read, PostgreSQL", "/me", "/session/pg/me", login="/session/pg/login", needs="dsn"),
 ]
 
 
-def wire_bytes(port: int, path: str, headers: tuple[str, ...]) -> tuple[int, int, str]:
-    """Bytes of one response to a GET with ``headers``: head and body, the body alone; its Content-Encoding."""
-    head_lines = "".join(f"{line}\r\n" for line in headers)
-    request = f"GET {path} HTTP/1.1\r\nHost: bench\r\n{head_lines}Connection: close\r\n\r\n"
+def exchange(port: int, request: str) -> bytes:
+    """Send one request (asking the server to close) and read the whole answer."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(request.encode())
         data = bytearray()
         while chunk := sock.recv(65536):
             data += chunk
-    head, _, body = bytes(data).partition(b"\r\n\r\n")
+    return bytes(data)
+
+
+def session_cookie(port: int, path: str) -> str:
+    """The ``Cookie`` header line for the session a POST to ``path`` makes."""
+    data = exchange(port, f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    for line in data.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n"):
+        if line.lower().startswith("set-cookie:"):
+            return "Cookie: " + line.split(":", 1)[1].split(";", 1)[0].strip()
+    raise RuntimeError(f"POST {path} set no cookie: {data[:300]!r}")
+
+
+def wire_bytes(port: int, path: str, headers: tuple[str, ...]) -> tuple[int, int, str]:
+    """Bytes of one response to a GET with ``headers``: head and body, the body alone; its Content-Encoding."""
+    head_lines = "".join(f"{line}\r\n" for line in headers)
+    data = exchange(port, f"GET {path} HTTP/1.1\r\nHost: bench\r\n{head_lines}Connection: close\r\n\r\n")
+    head, _, body = data.partition(b"\r\n\r\n")
     fields = dict(line.split(":", 1) for line in head.decode("latin-1").lower().split("\r\n")[1:])
     return len(data), len(body), fields.get("content-encoding", "identity").strip()
 
 
-def run_rounds(rounds: int, seconds: float, connections: int) -> list[dict[str, Any]]:
+def run_rounds(
+    batteries: list[Battery], rounds: int, seconds: float, connections: int, env: dict[str, str]
+) -> list[dict[str, Any]]:
     raw: list[dict[str, Any]] = []
     for number in range(rounds):
-        server = ServerProcess(
-            "aiorest", [sys.executable, str(SERVERS / "batteries_app.py"), "--port", "{port}"], dict(os.environ)
-        )
+        server = ServerProcess("aiorest", [sys.executable, str(SERVERS / "batteries_app.py"), "--port", "{port}"], env)
         try:
             server.wait_ready("/small")
-            for battery in BATTERIES:
+            for battery in batteries:
+                headers = battery.headers
+                if battery.login is not None:
+                    headers += (session_cookie(server.port, battery.login),)
                 pair = [battery.plain, battery.path]
                 for path in pair if number % 2 == 0 else pair[::-1]:
-                    print(f"round {number + 1}/{rounds}  {battery.name:22s} {path}", file=sys.stderr, flush=True)
-                    figures = measure(
-                        server, path, connections, seconds, False, script=LUA, script_args=battery.headers
-                    )
-                    size, body, encoding = wire_bytes(server.port, path, battery.headers)
+                    print(f"round {number + 1}/{rounds}  {battery.name:28s} {path}", file=sys.stderr, flush=True)
+                    figures = measure(server, path, connections, seconds, False, script=LUA, script_args=headers)
+                    size, body, encoding = wire_bytes(server.port, path, headers)
                     raw.append(
                         {"round": number, "battery": battery.name, "path": path, **figures}
                         | {"wire_bytes": size, "body_bytes": body, "encoding": encoding}
@@ -95,9 +124,9 @@ def run_rounds(rounds: int, seconds: float, connections: int) -> list[dict[str, 
     return raw
 
 
-def summarise_run(raw: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise_run(batteries: list[Battery], raw: list[dict[str, Any]]) -> dict[str, Any]:
     cells = {}
-    for battery in BATTERIES:
+    for battery in batteries:
         runs = {
             path: [r for r in raw if r["battery"] == battery.name and r["path"] == path]
             for path in (battery.plain, battery.path)
@@ -126,6 +155,8 @@ def summarise_run(raw: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def bar(cells: dict[str, Any]) -> list[tuple[str, bool]]:
+    if "gzip, 10 KB JSON" not in cells or "gzip, 100 B JSON" not in cells:
+        return []
     big, small = cells["gzip, 10 KB JSON"], cells["gzip, 100 B JSON"]
     cut = big["plain_wire_bytes"] / big["wire_bytes"]
     return [
@@ -178,6 +209,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--smoke", action="store_true", help="one round of 1 s")
     parser.add_argument("--out", type=Path, default=None, help="default: bench/out/<time>-batteries")
+    parser.add_argument("--dsn", default=None, help="PostgreSQL for the session store (its table is created there)")
+    parser.add_argument("--redis", default=None, help="Redis URL for the session store, e.g. redis://127.0.0.1:6379/0")
+    parser.add_argument("--only", default=None, help="comma-separated battery names (substrings), e.g. gzip,cookie")
     args = parser.parse_args()
     if args.smoke:
         args.rounds, args.seconds = 1, 1.0
@@ -185,9 +219,18 @@ def main() -> None:
     host = describe()
     out = args.out or ROOT / "bench" / "out" / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-batteries"
     out.mkdir(parents=True, exist_ok=True)
-    raw = run_rounds(args.rounds, args.seconds, args.connections)
+    given = {"redis": args.redis, "dsn": args.dsn}
+    batteries = [b for b in BATTERIES if b.needs is None or given[b.needs]]
+    for left_out in (b for b in BATTERIES if b not in batteries):
+        print(f"left out: {left_out.name} (give --{left_out.needs})", file=sys.stderr)
+    if args.only:
+        wanted = [word.strip() for word in args.only.split(",")]
+        batteries = [b for b in batteries if any(word in b.name for word in wanted)]
+    env = dict(os.environ)
+    env.update({"BATTERIES_REDIS": args.redis or "", "BATTERIES_DSN": args.dsn or ""})
+    raw = run_rounds(batteries, args.rounds, args.seconds, args.connections, env)
     (out / "raw.json").write_text(json.dumps(raw, indent=1))
-    cells = summarise_run(raw)
+    cells = summarise_run(batteries, raw)
     summary = {"cells": cells, "bar": bar(cells), "command": " ".join(sys.argv), "host": host}
     write_summary(out, summary, report(summary), plot)
     if not all(ok for _, ok in summary["bar"]):

@@ -366,3 +366,73 @@ def test_long_keys_are_kept_by_their_hash() -> None:
         limiter.check(name, "10.0.0.2")
     limiter.reset(name)
     limiter.check(name, "10.0.0.3")
+
+
+# -- identity from the session -----------------------------------------------------------------
+
+
+def _session_app(load: Any) -> App:
+    from aiorest import CookieStore, SessionMiddleware
+    from aiorest.auth import AnyIdentity, SessionIdentity
+
+    app = App(
+        middleware=[
+            SessionMiddleware(CookieStore(secrets=["s" * 32])),
+            Auth(AnyIdentity(SessionIdentity(load, key="uid", realm="notes"))),
+        ]
+    )
+
+    @app.post("/login/{uid:int}")
+    async def login(request: Request, uid: int) -> None:
+        request.session.rotate()
+        request.session["uid"] = uid
+
+    @app.post("/logout")
+    async def logout(request: Request) -> None:
+        request.session.invalidate()
+
+    @app.get("/me")
+    @login_required
+    async def me(request: Request) -> dict[str, Any]:
+        return {"me": await identity(request)}
+
+    return app
+
+
+async def test_session_identity_follows_login_and_logout_and_the_users_existence(aiorest_client):
+    users = {1: "ada", 2: "grace"}
+
+    async def load(uid: int) -> str | None:
+        return users.get(uid)
+
+    client = await aiorest_client(_session_app(load))
+    async with client.get("/me") as response:
+        assert response.status == 401 and response.headers["WWW-Authenticate"] == 'Session realm="notes"'
+    async with client.post("/login/1") as response:
+        cookie = response.headers["Set-Cookie"].split(";", 1)[0]
+    async with client.get("/me", headers={"Cookie": cookie}) as response:
+        assert await response.json() == {"me": "ada"}
+    async with client.post("/logout", headers={"Cookie": cookie}) as response:
+        expired = response.headers["Set-Cookie"].split(";", 1)[0]
+    async with client.get("/me", headers={"Cookie": expired}) as response:
+        assert response.status == 401
+    async with client.post("/login/2") as response:
+        cookie = response.headers["Set-Cookie"].split(";", 1)[0]
+    del users[2]  # deleted since: the session no longer identifies anyone
+    async with client.get("/me", headers={"Cookie": cookie}) as response:
+        assert response.status == 401
+    tampered = cookie[:-4] + ("AAAA" if not cookie.endswith("AAAA") else "BBBB")
+    async with client.get("/me", headers={"Cookie": tampered}) as response:
+        assert response.status == 401
+
+
+def test_session_identity_and_any_identity_refuse_bad_settings():
+    from aiorest.auth import AnyIdentity, SessionIdentity
+
+    async def load(uid: Any) -> None:
+        return None
+
+    with pytest.raises(ValueError, match="realm"):
+        SessionIdentity(load, realm='a"b')
+    with pytest.raises(ValueError, match="at least one"):
+        AnyIdentity()

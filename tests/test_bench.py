@@ -142,7 +142,8 @@ def test_batteries_smoke_measures_each_battery_against_its_plain_route(tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     cells = summary["cells"]
-    assert set(cells) == {"gzip, 10 KB JSON", "gzip, 100 B JSON", "CORS, simple request"}
+    # No --dsn or --redis: the sessions kept there are left out, the signed cookie's is measured.
+    assert set(cells) == {"gzip, 10 KB JSON", "gzip, 100 B JSON", "CORS, simple request", "session read, signed cookie"}
     for cell in cells.values():
         assert cell["rps"]["mean"] > 0 and cell["plain_rps"]["mean"] > 0 and cell["errors"] == 0, cell
         assert cell["ratio"]["mean"] > 0 and cell["server_cpu_us"] > 0
@@ -151,5 +152,6 @@ def test_batteries_smoke_measures_each_battery_against_its_plain_route(tmp_path)
     assert small["encoding"] == "identity" and small["body_bytes"] == small["plain_body_bytes"]
     assert [ok for _, ok in summary["bar"]] == [True, True]
     assert done.stdout.count("PASS:") == 2 and "| CORS, simple request |" in done.stdout
+    assert "left out: session read, Redis (give --redis)" in done.stderr
     if importlib.util.find_spec("matplotlib"):
         assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -526,6 +526,33 @@ async def exercise_sessions(module: ModuleType, client: Any) -> None:
         assert response.cookies["session"]["max-age"] == "0"
 
 
+async def exercise_auth_sessions(module: ModuleType, client: Any) -> None:
+    async with client.get("/me") as response:
+        assert response.status == 401
+        assert response.headers["WWW-Authenticate"] == 'Session realm="app", Bearer realm="api"'
+    async with client.get("/me", headers={"Authorization": "Bearer ada-api-token"}) as response:
+        assert response.status == 200 and (await response.json())["name"] == "ada"
+    async with client.get("/me", headers={"Authorization": "Bearer wrong"}) as response:
+        assert response.status == 401
+        assert response.headers["WWW-Authenticate"] == 'Session realm="app", Bearer realm="api", error="invalid_token"'
+    async with client.post("/login", json={"password": "nope"}) as response:
+        assert response.status == 401
+    async with client.post("/login", json={"password": "open sesame"}) as response:
+        assert response.status == 200
+        cookie = response.headers["Set-Cookie"].split(";", 1)[0]
+    async with client.get("/me", headers={"Cookie": cookie}) as response:
+        assert response.status == 200 and (await response.json())["name"] == "ada"
+    async with client.post("/logout", headers={"Cookie": cookie}) as response:
+        assert response.status == 204
+        assert "Max-Age=0" in response.headers["Set-Cookie"] or "expires" in response.headers["Set-Cookie"].lower()
+    module.USERS.pop(1)  # a user deleted while a token still names it: not authenticated
+    try:
+        async with client.get("/me", headers={"Authorization": "Bearer ada-api-token"}) as response:
+            assert response.status == 401
+    finally:
+        module.USERS[1] = {"id": 1, "name": "ada"}
+
+
 EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "behind_proxy": exercise_behind_proxy,
     "inventory": exercise_inventory,
@@ -546,6 +573,7 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "cors": exercise_cors,
     "compression": exercise_compression,
     "auth": exercise_auth,
+    "auth_sessions": exercise_auth_sessions,
     "sessions": exercise_sessions,
 }
 

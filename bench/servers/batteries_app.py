@@ -2,13 +2,21 @@
 
 ``/small`` (about 100 B of JSON) and ``/big`` (about 10 KB) plain; under ``/gz``
 with ``Compression``; under ``/cors`` with ``CORS`` for one allowed origin.
+``/me`` answers a user's name; under ``/session/cookie``, ``/session/redis`` and
+``/session/pg`` it reads the name from the session (``POST .../login`` makes
+one), kept in a signed cookie, in Redis (``--redis``) or in PostgreSQL
+(``--dsn``; aiorest's session table is migrated at startup).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+from typing import Any
 
-from aiorest import CORS, App, Compression, Request, Router
+from aiorest import CORS, App, Compression, CookieStore, PostgresStore, RedisStore, Request, Router, SessionMiddleware
+from aiorest.db import Database
+from aiorest.migrations import migrate
 
 SMALL = {"id": 1, "title": "a note", "done": False, "tags": ["x", "y"], "body": "b" * 40}  # about 100 B
 BIG = {"items": [{"id": i, "title": f"note {i}", "done": i % 2 == 0} for i in range(250)]}  # about 10 KB
@@ -34,6 +42,44 @@ async def big(request: Request) -> dict[str, object]:
 
 app.include(gz, "/gz")
 app.include(cors, "/cors")
+
+USER = {"user": "ada", "roles": ["reader"]}
+
+
+@app.get("/me")
+async def me(request: Request) -> dict[str, Any]:
+    return USER
+
+
+async def session_me(request: Request) -> dict[str, Any]:
+    return {"user": request.session["user"], "roles": request.session["roles"]}
+
+
+async def session_login(request: Request) -> dict[str, Any]:
+    request.session.rotate()
+    request.session.update(USER)
+    return USER
+
+
+def add_session_routes(name: str, store: Any) -> None:
+    sessions = Router(middleware=[SessionMiddleware(store, cookie_name=f"s_{name}")])
+    sessions.add_route("GET", "/me", session_me)
+    sessions.add_route("POST", "/login", session_login)
+    app.include(sessions, f"/session/{name}")
+
+
+add_session_routes("cookie", CookieStore(secrets=["bench-secret-" + "x" * 32]))
+if os.environ.get("BATTERIES_REDIS"):
+    add_session_routes("redis", RedisStore(os.environ["BATTERIES_REDIS"], prefix="aiorest-bench:"))
+if os.environ.get("BATTERIES_DSN"):
+    database = Database(os.environ["BATTERIES_DSN"], min_size=2, max_size=8)
+    database.setup(app)
+
+    async def sessions_table(app: App) -> None:
+        await migrate(database, "aiorest:sessions")
+
+    app.on_startup.append(sessions_table)
+    add_session_routes("pg", PostgresStore(database))
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
