@@ -323,6 +323,10 @@ def kill_backends(url: str, application_name: str) -> int:
             for _ in range(500):
                 cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,))
                 if cursor.fetchone()[0] == 0:
+                    # A backend leaves pg_stat_activity in its exit callbacks, a moment before
+                    # its process ends and the kernel closes its socket: let the sockets close,
+                    # else a read can still be sent to a backend on its way out (seen in CI).
+                    time.sleep(0.2)
                     return len(pids)
                 time.sleep(0.01)
         raise AssertionError(f"the backends of {application_name} outlived pg_terminate_backend by 5 s")
