@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl
@@ -21,7 +21,7 @@ from .proxies import Forwarded, TrustedProxies, resolve_forwarded, valid_host
 from .requestid import RequestId, format_request_id
 
 if TYPE_CHECKING:
-    from .sessions import Session, SessionMiddleware
+    from .sessiondata import Session
 
 __all__ = ["Request", "AppInterface", "BodySource"]
 
@@ -89,7 +89,8 @@ class Request:
     _id: RequestId = b"-"  # the connection sets it before the handler runs (see requestid.py)
     _started = 0.0  # when the handler began (monotonic), for the access log
     _forwarded: Forwarded | None = None
-    _session_middleware: SessionMiddleware | None = None  # set by the middleware, see sessions.py
+    # set by SessionMiddleware (sessions.py): opens the session on first access
+    _session_opener: Callable[[Request], Session] | None = None
     _session: Session | None = None
 
     def __init__(
@@ -156,14 +157,14 @@ class Request:
         """
         session = self._session
         if session is None:
-            middleware = self._session_middleware
-            if middleware is None:
+            opener = self._session_opener
+            if opener is None:
                 raise RuntimeError(
                     "request.session needs SessionMiddleware around this route: add"
                     " SessionMiddleware(CookieStore(secrets=[...])) to App(middleware=[...]),"
                     " to a Router's or to the route's middleware=[...]"
                 )
-            session = self._session = middleware._open(self)
+            session = self._session = opener(self)
         return session
 
     @property
