@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import socket
 import sys
@@ -37,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 from bench.host import describe  # noqa: E402
 from bench.process import ServerProcess  # noqa: E402
-from bench.run import SERVERS, measure, write_summary  # noqa: E402
+from bench.run import SERVERS, Record, keep_measuring, measure, write_summary  # noqa: E402
 from bench.stats import Summary, bar_chart, median, paired_ratio, summarise  # noqa: E402
 from bench.wrk import require_wrk  # noqa: E402
 
@@ -99,9 +98,8 @@ def wire_bytes(port: int, path: str, headers: tuple[str, ...]) -> tuple[int, int
 
 
 def run_rounds(
-    batteries: list[Battery], rounds: int, seconds: float, connections: int, env: dict[str, str]
-) -> list[dict[str, Any]]:
-    raw: list[dict[str, Any]] = []
+    batteries: list[Battery], rounds: int, seconds: float, connections: int, env: dict[str, str], raw: list[Record]
+) -> None:
     for number in range(rounds):
         server = ServerProcess("aiorest", [sys.executable, str(SERVERS / "batteries_app.py"), "--port", "{port}"], env)
         try:
@@ -121,7 +119,6 @@ def run_rounds(
                     )
         finally:
             server.stop()
-    return raw
 
 
 def summarise_run(batteries: list[Battery], raw: list[dict[str, Any]]) -> dict[str, Any]:
@@ -228,11 +225,15 @@ def main() -> None:
         batteries = [b for b in batteries if any(word in b.name for word in wanted)]
     env = dict(os.environ)
     env.update({"BATTERIES_REDIS": args.redis or "", "BATTERIES_DSN": args.dsn or ""})
-    raw = run_rounds(batteries, args.rounds, args.seconds, args.connections, env)
-    (out / "raw.json").write_text(json.dumps(raw, indent=1))
+    raw: list[Record] = []
+    failure = keep_measuring(
+        out, raw, lambda: run_rounds(batteries, args.rounds, args.seconds, args.connections, env, raw)
+    )
     cells = summarise_run(batteries, raw)
     summary = {"cells": cells, "bar": bar(cells), "command": " ".join(sys.argv), "host": host}
     write_summary(out, summary, report(summary), plot)
+    if failure:
+        raise SystemExit(failure)
     if not all(ok for _, ok in summary["bar"]):
         raise SystemExit("the compression bar is not met")
 

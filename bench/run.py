@@ -273,10 +273,30 @@ def main() -> None:
     out = ROOT / "bench" / "out" / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{args.suite}"
     out.mkdir(parents=True)
     raw: list[Record] = []
-    failure = None
-    try:
+
+    def run() -> None:
         with postgres_pinned(1) if args.suite == "db" else nullcontext():
             run_suite(contenders, paths, args.rounds, args.duration, levels, env, args.suite == "db", raw)
+
+    failure = keep_measuring(out, raw, run)
+    summary = summarise_suite(raw, args.suite, [c.name for c in contenders], paths)
+    summary["command"] = " ".join(sys.argv)
+    summary["host"] = host
+    write_summary(out, summary, markdown(summary), plot)
+    if failure:
+        raise SystemExit(failure)
+
+
+def keep_measuring(out: Path, raw: list[Record], run: Callable[[], None]) -> str | None:
+    """Call ``run``, which appends records to ``raw``, and write them to ``out/raw.json`` however it ends.
+
+    An interrupt (Ctrl-C) or a server error keeps what was measured before it;
+    the error is returned, to be raised once the summary is written. Nothing
+    measured at all ends the program.
+    """
+    failure = None
+    try:
+        run()
     except KeyboardInterrupt:
         print("interrupted: writing what was measured", file=sys.stderr)
     except ServerError as exc:
@@ -286,12 +306,7 @@ def main() -> None:
         (out / "raw.json").write_text(json.dumps(raw, indent=1))
     if not raw:
         raise SystemExit(failure or "nothing was measured")
-    summary = summarise_suite(raw, args.suite, [c.name for c in contenders], paths)
-    summary["command"] = " ".join(sys.argv)
-    summary["host"] = host
-    write_summary(out, summary, markdown(summary), plot)
-    if failure:
-        raise SystemExit(failure)
+    return failure
 
 
 def write_summary(out: Path, summary: Record, text: str, plot: Callable[[Record, Path], bool]) -> None:

@@ -37,6 +37,7 @@ from bench.run import (  # noqa: E402
     SERVERS,
     Contender,
     Record,
+    keep_measuring,
     markdown,
     measure,
     select,
@@ -211,18 +212,9 @@ def main() -> None:
     out = args.out or ROOT / "bench" / "out" / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-typed"
     out.mkdir(parents=True, exist_ok=True)
     raw: list[Record] = []
-    failure = None
-    try:
-        run_rounds(contenders, args.rounds, args.duration, args.connections, raw)
-    except KeyboardInterrupt:
-        print("interrupted: writing what was measured", file=sys.stderr)
-    except ServerError as exc:
-        failure = f"error: {exc}"
-        print(failure + "\nwriting what was measured before it", file=sys.stderr)
-    finally:
-        (out / "raw.json").write_text(json.dumps(raw, indent=1))
-    if not raw:
-        raise SystemExit(failure or "nothing was measured")
+    failure = keep_measuring(
+        out, raw, lambda: run_rounds(contenders, args.rounds, args.duration, args.connections, raw)
+    )
     names = [c.name for c in contenders]
     summary = summarise_suite([r for r in raw if r["path"] == VALID_KEY], "typed", names, [VALID_KEY])
     summary |= {"connections": args.connections, "invalid": invalid_cell(raw), "command": " ".join(sys.argv)}
