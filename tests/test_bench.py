@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,21 +99,22 @@ def test_a_run_records_its_host_and_the_versions_it_measured():
     assert f"aiohttp {versions['aiohttp']}" in line and f"Python {host['python']}" in line
 
 
+def smoke(script: str, out: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """``script --smoke --out out``, which must succeed; what it printed and its summary.json."""
+    done = subprocess.run(
+        [sys.executable, script, "--smoke", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done, json.loads((out / "summary.json").read_text())
+
+
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
 def test_typed_bench_writes_its_figures_and_verdicts(tmp_path):
     # the peers are in the bench extra; without them there is nothing to compare
     pytest.importorskip("fastapi")
     pytest.importorskip("litestar")
     pytest.importorskip("uvicorn")
-    done = subprocess.run(
-        [sys.executable, "bench/typed.py", "--smoke", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    done, summary = smoke("bench/typed.py", tmp_path)
     assert summary["contenders"] == ["aiorest", "fastapi", "litestar"]
     (cell,) = summary["table"].values()
     for name in ("aiorest", "fastapi", "litestar"):
@@ -132,15 +134,7 @@ def test_typed_bench_writes_its_figures_and_verdicts(tmp_path):
 
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
 def test_batteries_smoke_measures_each_battery_against_its_plain_route(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "bench/batteries.py", "--smoke", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    done, summary = smoke("bench/batteries.py", tmp_path)
     cells = summary["cells"]
     # No --dsn or --redis: the sessions kept there are left out, the signed cookie's is measured.
     assert set(cells) == {"gzip, 10 KB JSON", "gzip, 100 B JSON", "CORS, simple request", "session read, signed cookie"}
