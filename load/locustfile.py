@@ -7,19 +7,63 @@ failure, not only a refused connection. Test data is created by the run and
 removed at its end. Options: ``--think-min``/``--think-max`` (seconds between a
 user's requests), ``--tfb-queries`` (N for /queries and /updates), and the
 users' weights ``--browse-weight``, ``--write-weight``, ``--tfb-weight``.
+
+The notes API needs a login, and a login costs an argon2 hash and is rate
+limited (5 a minute per account, 20 per address): users do not log in. At the
+start the run registers ``ACCOUNTS`` accounts and gets a session cookie
+(POST /login) and a bearer token (POST /tokens) for each, 8 login attempts in
+all; browsing users send a cookie, writing users a token, accounts dealt out
+round-robin. In distributed mode the master does this and sends the accounts
+to its workers before they start their users.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
 import random
 import uuid
+from dataclasses import asdict, dataclass, field
+from http.cookies import SimpleCookie
 from typing import Any
+from urllib.parse import quote
 
 from locust import FastHttpUser, between, events, task
-from locust.runners import WorkerRunner
+from locust.runners import MasterRunner, WorkerRunner
 
-RUN_TAG = f"load-{uuid.uuid4().hex[:8]}"  # titles of this run's notes start with it
 SEED_NOTES = 50
+ACCOUNTS = 4
+_PASSWORD = uuid.uuid4().hex  # the run's accounts' password; only the process that logs in needs it
+_RUN_MESSAGE = "aiorest-load-run"  # master → workers: the run's tag and accounts
+
+
+@dataclass(frozen=True)
+class Account:
+    username: str
+    session: str  # the session cookie's value, from POST /login
+    token: str  # a bearer token, from POST /tokens
+
+    @property
+    def cookie(self) -> dict[str, str]:
+        return {"Cookie": f"session={self.session}"}
+
+    @property
+    def bearer(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+@dataclass
+class Run:
+    tag: str  # titles of this run's notes and names of its accounts start with it
+    accounts: list[Account] = field(default_factory=list)
+
+
+RUN = Run(f"load-{uuid.uuid4().hex[:8]}")  # a worker takes the master's on its message
+_turns = itertools.count()  # deals the accounts out to this process's users
+
+
+class SetupError(RuntimeError):
+    """The run could not make its accounts: its notes users will get 401s."""
 
 
 @events.init_command_line_parser.add_listener
@@ -34,6 +78,8 @@ def _options(parser: Any) -> None:
 
 @events.init.add_listener
 def _apply_options(environment: Any, **kwargs: Any) -> None:
+    if isinstance(environment.runner, WorkerRunner):
+        environment.runner.register_message(_RUN_MESSAGE, _receive_run)
     options = environment.parsed_options
     if options is None:
         return
@@ -47,35 +93,94 @@ def _apply_options(environment: Any, **kwargs: Any) -> None:
         user.weight = weight
 
 
+def _receive_run(environment: Any, msg: Any, **kwargs: Any) -> None:
+    # The master sends it from its test_start, before the spawn message that starts this worker's users.
+    RUN.tag = msg.data["tag"]
+    RUN.accounts = [Account(**account) for account in msg.data["accounts"]]
+
+
 def _client(environment: Any) -> Any:
+    """A client of its own: its own connection, and its own cookie jar (a login rotates the session it sends)."""
     from locust.contrib.fasthttp import FastHttpSession
 
-    return FastHttpSession(environment, base_url=environment.host, user=None)
+    return FastHttpSession(environment.host, environment.events.request, user=None)
+
+
+def _expect(response: Any, status: int, what: str) -> Any:
+    if response.status_code != status:
+        raise SetupError(f"{what}: expected {status}, got {response.status_code}: {response.text[:200]!r}")
+    return response
+
+
+def _make_account(environment: Any, username: str) -> Account:
+    client = _client(environment)
+    credentials = {"username": username, "password": _PASSWORD}
+    _expect(client.post("/users", json=credentials, name="setup"), 201, f"POST /users {username}")
+    token = _expect(client.post("/tokens", json=credentials, name="setup"), 201, "POST /tokens").json()["token"]
+    login = _expect(client.post("/login", json=credentials, name="setup"), 200, "POST /login")
+    cookie = SimpleCookie(login.headers.get("Set-Cookie") or "").get("session")
+    if cookie is None or not cookie.value:
+        raise SetupError(f"POST /login set no session cookie: {login.headers.get('Set-Cookie')!r}")
+    return Account(username, cookie.value, token)
 
 
 @events.test_start.add_listener
-def _seed(environment: Any, **kwargs: Any) -> None:
-    # Once per run: on the master in distributed mode, else in the only process.
+def _setup(environment: Any, **kwargs: Any) -> None:
+    # Fires on the master and on each worker in distributed mode, else in the only
+    # process: the master (or the only process) makes the accounts once, a worker
+    # has them already from the master's message.
     if isinstance(environment.runner, WorkerRunner):
         return
-    client = _client(environment)
-    for i in range(SEED_NOTES):
-        client.post("/notes", json={"title": f"{RUN_TAG} seed {i}", "body": "seeded by the load run"}, name="seed")
+    if {BrowsingUser, WritingUser} & set(environment.user_classes):
+        try:
+            RUN.accounts = [_make_account(environment, f"{RUN.tag}-{i}") for i in range(ACCOUNTS)]
+        except SetupError as exc:
+            logging.error("the run has no accounts, its notes users will fail with 401: %s", exc)
+        client = _client(environment)
+        for i in range(SEED_NOTES if RUN.accounts else 0):  # each account's own, for its browsing users
+            note = {"title": f"{RUN.tag} seed {i}", "body": "seeded by the load run"}
+            client.post("/notes", json=note, headers=RUN.accounts[i % len(RUN.accounts)].bearer, name="seed")
+    if isinstance(environment.runner, MasterRunner):
+        environment.runner.send_message(
+            _RUN_MESSAGE, {"tag": RUN.tag, "accounts": [asdict(account) for account in RUN.accounts]}
+        )
 
 
 @events.test_stop.add_listener
-def _clean(environment: Any, **kwargs: Any) -> None:
-    if isinstance(environment.runner, WorkerRunner):
-        return
-    client = _client(environment)
-    # Everything this run created carries RUN_TAG in its title; writers also delete their own.
-    for _ in range(1000):  # bounded: at most 100,000 notes
-        response = client.get(f"/notes?q={RUN_TAG}&limit=100", name="cleanup")
-        items = response.json()["items"] if response.status_code == 200 else []
-        if not items:
-            return
-        for note in items:
-            client.delete(f"/notes/{note['id']}", name="cleanup")
+def _clean_after_stop(environment: Any, **kwargs: Any) -> None:
+    # A lone process's users have stopped by now. A headless master's test_stop
+    # comes before it tells its workers to quit: the master cleans when it quits.
+    if not isinstance(environment.runner, (WorkerRunner, MasterRunner)):
+        _clean(environment)
+
+
+@events.quitting.add_listener
+def _clean_on_quit(environment: Any, **kwargs: Any) -> None:
+    if not isinstance(environment.runner, WorkerRunner):
+        _clean(environment)
+
+
+def _clean(environment: Any) -> None:
+    """Revoke the run's tokens (no writer can add a note after), delete its notes, log its sessions out."""
+    accounts, RUN.accounts = RUN.accounts, []  # once, whichever event comes first
+    for account in accounts:
+        client = _client(environment)
+        revoked = client.delete("/tokens/current", headers=account.bearer, name="cleanup")
+        for _ in range(1000):  # bounded: at most 100,000 notes
+            response = client.get(f"/notes?q={RUN.tag}&limit=100", headers=account.cookie, name="cleanup")
+            items = response.json()["items"] if response.status_code == 200 else []
+            if not items:
+                break
+            for note in items:  # a writer still finishing may delete one first: a 404 here is fine
+                client.delete(f"/notes/{note['id']}", headers=account.cookie, name="cleanup")
+        logout = client.post("/logout", headers=account.cookie, name="cleanup")
+        if revoked.status_code != 204 or logout.status_code != 204:
+            logging.error(
+                "cleanup of %s: DELETE /tokens/current %s, POST /logout %s",
+                account.username,
+                revoked.status_code,
+                logout.status_code,
+            )
 
 
 def _fail_unless(response: Any, status: int, check: Any = None) -> Any:
@@ -96,50 +201,82 @@ def _fail_unless(response: Any, status: int, check: Any = None) -> Any:
     return body
 
 
-class BrowsingUser(FastHttpUser):
-    """Lists notes page by page, then reads one."""
+class _NotesUser(FastHttpUser):
+    """A user of one of the run's accounts, dealt out round-robin; no account (setup failed): no credentials."""
+
+    abstract = True
+    auth: dict[str, str] = {}
+
+    def on_start(self) -> None:
+        accounts = RUN.accounts
+        if accounts:  # workers deal from different places, so that few users spread over all accounts
+            turn = next(_turns) + getattr(self.environment.runner, "worker_index", 0)
+            self.auth = self.credentials(accounts[turn % len(accounts)])
+
+    def credentials(self, account: Account) -> dict[str, str]:
+        raise NotImplementedError
+
+
+class BrowsingUser(_NotesUser):
+    """Lists notes page by page, then reads one; logged in with a session cookie."""
 
     weight = 3
     wait_time = between(0, 0)
 
+    def credentials(self, account: Account) -> dict[str, str]:
+        return account.cookie
+
     @task
     def browse(self) -> None:
-        url = f"/notes?q={RUN_TAG}&limit=10"
+        # Only the seeded notes: a writer's own may be gone by the time it is read.
+        seeded = quote(f"{RUN.tag} seed")
+        url = f"/notes?q={seeded}&limit=10"
         seen: list[int] = []
         for _ in range(2):  # two pages, following the cursor
-            with self.client.get(url, name="/notes?q&limit", catch_response=True) as response:
+            with self.client.get(url, headers=self.auth, name="/notes?q&limit", catch_response=True) as response:
                 page = _fail_unless(response, 200, lambda b: isinstance(b["items"], list) and "next" in b)
             if not page:
                 return
             seen += [item["id"] for item in page["items"]]
             if not page["next"]:
                 break
-            url = page["next"] + f"&q={RUN_TAG}"
+            url = page["next"] if "q=" in page["next"] else page["next"] + f"&q={seeded}"
         if seen:
             note_id = random.choice(seen)
-            with self.client.get(f"/notes/{note_id}", name="/notes/{id}", catch_response=True) as response:
-                _fail_unless(response, 200, lambda b: b["id"] == note_id and b["title"].startswith(RUN_TAG))
+            with self.client.get(
+                f"/notes/{note_id}", headers=self.auth, name="/notes/{id}", catch_response=True
+            ) as response:
+                _fail_unless(response, 200, lambda b: b["id"] == note_id and b["title"].startswith(f"{RUN.tag} seed "))
 
 
-class WritingUser(FastHttpUser):
-    """Creates a note, updates it with the version it got, deletes it."""
+class WritingUser(_NotesUser):
+    """Creates a note, updates it with the version it got, deletes it; sends a bearer token."""
 
     weight = 1
     wait_time = between(0, 0)
 
+    def credentials(self, account: Account) -> dict[str, str]:
+        return account.bearer
+
     @task
     def write(self) -> None:
-        title = f"{RUN_TAG} {uuid.uuid4().hex[:8]}"
-        with self.client.post("/notes", json={"title": title}, name="POST /notes", catch_response=True) as response:
+        title = f"{RUN.tag} {uuid.uuid4().hex[:8]}"
+        with self.client.post(
+            "/notes", json={"title": title}, headers=self.auth, name="POST /notes", catch_response=True
+        ) as response:
             note = _fail_unless(response, 201, lambda b: b["title"] == title and b["version"] == 1)
         if not note:
             return
         url = f"/notes/{note['id']}"
         with self.client.patch(
-            url, json={"done": True}, headers={"If-Match": '"1"'}, name="PATCH /notes/{id}", catch_response=True
+            url,
+            json={"done": True},
+            headers={**self.auth, "If-Match": '"1"'},
+            name="PATCH /notes/{id}",
+            catch_response=True,
         ) as response:
             _fail_unless(response, 200, lambda b: b["done"] is True and b["version"] == 2)
-        with self.client.delete(url, name="DELETE /notes/{id}", catch_response=True) as response:
+        with self.client.delete(url, headers=self.auth, name="DELETE /notes/{id}", catch_response=True) as response:
             _fail_unless(response, 204)
 
 
