@@ -22,7 +22,7 @@ import psycopg2
 from bench.process import postgres_pinned
 from bench.stats import Summary, bar_chart, line_chart, median, paired_ratio, summarise
 
-from .generators import FLOWS, GeneratorError, LoadResult, run_locust, run_wrk_mix, wrk_paths
+from .generators import FLOWS, GeneratorError, LoadResult, run_locust, run_wrk_mix, wrk_headers, wrk_paths
 from .targets import TARGETS, RunningServer, ServerError
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -65,7 +65,8 @@ def check_database(dsn: str | None) -> str:
         raise SystemExit(f"cannot reach the database at {dsn}: {exc}") from None
     root = Path(__file__).resolve().parent.parent
     migrate = subprocess.run(
-        [sys.executable, "-m", "aiorest", "migrate", "--dir", "migrations", "--dsn", dsn],
+        # aiorest's sessions table first: the notes API logs users in (the baselines use it too)
+        [sys.executable, "-m", "aiorest", "migrate", "--dir", "aiorest:sessions", "--dir", "migrations", "--dsn", dsn],
         cwd=root,
         capture_output=True,
         text=True,
@@ -87,8 +88,9 @@ def one_run(args: argparse.Namespace, server: RunningServer, level: int) -> Load
     think = tuple(float(x) for x in args.think.split(","))
     if args.tool == "wrk":
         paths = args.paths.split(",") if args.paths else wrk_paths(args.flow, args.queries)
-        run_wrk_mix(server.url, paths=paths, connections=min(level, 100), seconds=args.warmup)
-        return run_wrk_mix(server.url, paths=paths, connections=level, seconds=args.duration)
+        with wrk_headers(server.url, paths) as headers:  # /notes needs a login: one per run, not per request
+            run_wrk_mix(server.url, paths=paths, connections=min(level, 100), seconds=args.warmup, headers=headers)
+            return run_wrk_mix(server.url, paths=paths, connections=level, seconds=args.duration, headers=headers)
     run_locust(
         server.url,
         flow=args.flow,

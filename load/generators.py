@@ -10,8 +10,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.wrk import run_wrk
 
@@ -27,7 +33,11 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 FLOWS = {"tfb": ["TechEmpowerUser"], "notes": ["BrowsingUser", "WritingUser"], "all": []}
 TFB_PATHS = ["/json", "/db", "/queries?queries={n}", "/fortunes", "/updates?queries={n}"]
-_BOOKKEEPING = {"seed", "cleanup"}  # the run's own setup requests, not load
+_BOOKKEEPING = {"setup", "seed", "cleanup"}  # the run's own setup requests, not load
+HEADERS_LUA = ROOT / "bench" / "headers.lua"
+# wrk's account on the target's database: registered by the first run, logged in once per run.
+WRK_ACCOUNT = {"username": "load-wrk", "password": "load-wrk-password"}
+WRK_NOTES = 10  # its notes while it runs: /notes?limit=10 answers a full page
 _CLOCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -207,13 +217,69 @@ def wrk_paths(flow: str, queries: int) -> list[str]:
     return [p.format(n=queries) for p in TFB_PATHS] if flow != "notes" else ["/notes?limit=10"]
 
 
-def run_wrk_mix(url: str, *, paths: list[str], connections: int, seconds: int) -> LoadResult:
-    """wrk on each of ``paths`` in turn, ``seconds`` split between them."""
+def _call(url: str, method: str, path: str, body: object = None, headers: dict[str, str] | None = None) -> Any:
+    """One JSON request; returns (status, decoded body or None)."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        url + path, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            status, text = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        status, text = exc.code, exc.read()
+    except OSError as exc:
+        raise GeneratorError(f"{method} {path}: {exc}") from None
+    try:
+        return status, json.loads(text) if text else None
+    except ValueError:
+        return status, text[:200]
+
+
+@contextmanager
+def wrk_headers(url: str, paths: Sequence[str]) -> Iterator[list[str]]:
+    """The headers wrk sends: a bearer token of wrk's account if a path is under /notes, else none.
+
+    The account is registered if it is new and logs in once (POST /tokens); it gets
+    ``WRK_NOTES`` notes for the run, and at the end they are deleted and the token revoked.
+    """
+    if not any(path.startswith("/notes") for path in paths):
+        yield []
+        return
+    status, body = _call(url, "POST", "/users", WRK_ACCOUNT)
+    if status not in (201, 409):  # 409: registered by an earlier run
+        raise GeneratorError(f"POST /users for wrk's account: {status} {body}")
+    status, body = _call(url, "POST", "/tokens", WRK_ACCOUNT)
+    if status != 201:
+        raise GeneratorError(f"POST /tokens for wrk's account: {status} {body}")
+    bearer = {"Authorization": f"Bearer {body['token']}"}
+    created = []
+    try:
+        tag = f"wrk-{uuid.uuid4().hex[:8]}"
+        for i in range(WRK_NOTES):
+            status, note = _call(url, "POST", "/notes", {"title": f"{tag} {i}", "body": "seeded for wrk"}, bearer)
+            if status != 201:
+                raise GeneratorError(f"POST /notes for wrk's account: {status} {note}")
+            created.append(note["id"])
+        yield [f"{name}: {value}" for name, value in bearer.items()]
+    finally:
+        for note_id in created:
+            _call(url, "DELETE", f"/notes/{note_id}", headers=bearer)
+        _call(url, "DELETE", "/tokens/current", headers=bearer)
+
+
+def run_wrk_mix(
+    url: str, *, paths: list[str], connections: int, seconds: int, headers: Sequence[str] = ()
+) -> LoadResult:
+    """wrk on each of ``paths`` in turn, ``seconds`` split between them; each request carries ``headers``."""
     share = max(1, seconds // len(paths))
+    script = str(HEADERS_LUA) if headers else None
     results = {}
     for path in paths:
         try:
-            results[path] = run_wrk(url + path, connections=connections, seconds=share, timeout_s=10)
+            results[path] = run_wrk(
+                url + path, connections=connections, seconds=share, timeout_s=10, script=script, script_args=headers
+            )
         except subprocess.TimeoutExpired:  # run_wrk killed it
             raise GeneratorError(f"wrk on {path} at {connections} connections did not finish") from None
         except RuntimeError as exc:
