@@ -9,12 +9,14 @@ prepares nor SETs; its statement timeout is a cancel request sent from the clien
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -161,6 +163,20 @@ wrk.headers["If-Match"] = "*"
 """
 
 
+def post(url: str, payload: dict, headers: dict[str, str] | None = None) -> dict:
+    data = json.dumps(payload).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json", **(headers or {})})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def bearer_token(base: str) -> str:
+    """A user's token: logged in once (POST /tokens, an argon2 hash), sent by every wrk request."""
+    account = {"username": "pgbouncer", "password": "through pgbouncer"}
+    post(f"{base}/users", account)
+    return str(post(f"{base}/tokens", account)["token"])
+
+
 def run_wrk(url: str, seconds: int = 1, script: Path | None = None) -> tuple[int, str]:
     command = ["wrk", "-t1", "-c64", f"-d{seconds}s", "--timeout", "10s", url]
     if script is not None:
@@ -171,14 +187,13 @@ def run_wrk(url: str, seconds: int = 1, script: Path | None = None) -> tuple[int
 
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (.ci/run installs it)")
 def test_the_example_app_behind_pgbouncer_under_load_answers_every_request(pg_server, database_url, tmp_path):
+    migrations = ["--dir", "aiorest:sessions", "--dir", "migrations"]  # the logins' sessions table, the app's own
     subprocess.run(  # migrations go to PostgreSQL itself (docs/deployment.rst says why)
-        [sys.executable, "-m", "aiorest", "migrate", "--dir", "migrations", "--dsn", database_url],
+        [sys.executable, "-m", "aiorest", "migrate", *migrations, "--dsn", database_url],
         cwd=ROOT,
         check=True,
         capture_output=True,
     )
-    (tmp_path / "post.lua").write_text(NOTE_POST)
-    (tmp_path / "patch.lua").write_text(NOTE_PATCH)
     port = free_port()
     log = tmp_path / "service.log"
     with run_pgbouncer(pg_server, pool_size=8) as template:
@@ -197,15 +212,21 @@ def test_the_example_app_behind_pgbouncer_under_load_answers_every_request(pg_se
                 assert service.poll() is None and time.monotonic() < deadline, log.read_text()
                 time.sleep(0.1)
             base = f"http://127.0.0.1:{port}"
-            run_wrk(f"{base}/notes", script=tmp_path / "post.lua")  # notes to list and patch
+            token = bearer_token(base)  # the notes are a user's: every notes request sends the token
+            auth = f'wrk.headers["Authorization"] = "Bearer {token}"\n'
+            (tmp_path / "auth.lua").write_text(auth)
+            (tmp_path / "post.lua").write_text(NOTE_POST + auth)
+            (tmp_path / "patch.lua").write_text(NOTE_PATCH + auth)
+            note = post(f"{base}/notes", {"title": "patched through pgbouncer"}, {"Authorization": f"Bearer {token}"})
+            run_wrk(f"{base}/notes", script=tmp_path / "post.lua")  # notes to list
             loads = [
                 (f"{base}/db", None),
                 (f"{base}/queries?queries=5", None),
                 (f"{base}/updates?queries=5", None),
                 (f"{base}/fortunes", None),
-                (f"{base}/notes?limit=20", None),
+                (f"{base}/notes?limit=20", tmp_path / "auth.lua"),
                 (f"{base}/notes", tmp_path / "post.lua"),
-                (f"{base}/notes/1", tmp_path / "patch.lua"),
+                (f"{base}/notes/{note['id']}", tmp_path / "patch.lua"),
             ]
             for url, script in loads:
                 requests, output = run_wrk(url, script=script)
