@@ -28,6 +28,7 @@ from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import quote
 
+from gevent.event import Event
 from locust import FastHttpUser, between, events, task
 from locust.runners import MasterRunner, WorkerRunner
 
@@ -60,6 +61,8 @@ class Run:
 
 RUN = Run(f"load-{uuid.uuid4().hex[:8]}")  # a worker takes the master's on its message
 _turns = itertools.count()  # deals the accounts out to this process's users
+_idle = Event()  # cleared while the run's setup runs
+_idle.set()
 
 
 class SetupError(RuntimeError):
@@ -108,7 +111,7 @@ def _client(environment: Any) -> Any:
 
 def _expect(response: Any, status: int, what: str) -> Any:
     if response.status_code != status:
-        raise SetupError(f"{what}: expected {status}, got {response.status_code}: {response.text[:200]!r}")
+        raise SetupError(f"{what}: expected {status}, got {response.status_code}: {(response.text or '')[:200]!r}")
     return response
 
 
@@ -132,18 +135,31 @@ def _setup(environment: Any, **kwargs: Any) -> None:
     if isinstance(environment.runner, WorkerRunner):
         return
     if {BrowsingUser, WritingUser} & set(environment.user_classes):
+        _idle.clear()
         try:
-            RUN.accounts = [_make_account(environment, f"{RUN.tag}-{i}") for i in range(ACCOUNTS)]
-        except SetupError as exc:
-            logging.error("the run has no accounts, its notes users will fail with 401: %s", exc)
-        client = _client(environment)
-        for i in range(SEED_NOTES if RUN.accounts else 0):  # each account's own, for its browsing users
-            note = {"title": f"{RUN.tag} seed {i}", "body": "seeded by the load run"}
-            client.post("/notes", json=note, headers=RUN.accounts[i % len(RUN.accounts)].bearer, name="seed")
+            _make_accounts(environment)
+        finally:
+            _idle.set()
     if isinstance(environment.runner, MasterRunner):
         environment.runner.send_message(
             _RUN_MESSAGE, {"tag": RUN.tag, "accounts": [asdict(account) for account in RUN.accounts]}
         )
+
+
+def _make_accounts(environment: Any) -> None:
+    made: list[Account] = []
+    try:
+        for i in range(ACCOUNTS):
+            made.append(_make_account(environment, f"{RUN.tag}-{i}"))
+    except SetupError as exc:
+        logging.error("the run has no accounts, its notes users will fail with 401: %s", exc)
+        _release(environment, made)
+        return
+    RUN.accounts = made
+    client = _client(environment)
+    for i in range(SEED_NOTES):  # each account's own, for its browsing users
+        note = {"title": f"{RUN.tag} seed {i}", "body": "seeded by the load run"}
+        client.post("/notes", json=note, headers=made[i % len(made)].bearer, name="seed")
 
 
 @events.test_stop.add_listener
@@ -161,8 +177,15 @@ def _clean_on_quit(environment: Any, **kwargs: Any) -> None:
 
 
 def _clean(environment: Any) -> None:
-    """Revoke the run's tokens (no writer can add a note after), delete its notes, log its sessions out."""
+    # A run shorter than its setup stops while the setup still runs: let it finish, then undo it.
+    if not _idle.wait(timeout=60):
+        logging.error("the run's setup did not finish: its accounts are left as they are")
     accounts, RUN.accounts = RUN.accounts, []  # once, whichever event comes first
+    _release(environment, accounts)
+
+
+def _release(environment: Any, accounts: list[Account]) -> None:
+    """Revoke the tokens (no writer can add a note after), delete the run's notes, log the sessions out."""
     for account in accounts:
         client = _client(environment)
         revoked = client.delete("/tokens/current", headers=account.bearer, name="cleanup")
