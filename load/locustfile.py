@@ -57,10 +57,12 @@ class Account:
 class Run:
     tag: str  # titles of this run's notes and names of its accounts start with it
     accounts: list[Account] = field(default_factory=list)
+    prepared: bool = False  # the accounts of the coming (or current) test are made
 
 
 RUN = Run(f"load-{uuid.uuid4().hex[:8]}")  # a worker takes the master's on its message
 _turns = itertools.count()  # deals the accounts out to this process's users
+_names = itertools.count()  # the web UI may run several tests: their accounts are named apart
 _idle = Event()  # cleared while the run's setup runs
 _idle.set()
 
@@ -127,30 +129,45 @@ def _make_account(environment: Any, username: str) -> Account:
     return Account(username, cookie.value, token)
 
 
+@events.init.add_listener
+def _setup_headless(environment: Any, **kwargs: Any) -> None:
+    # Headless, set up before the run starts: the run time (-t) counts from the start,
+    # and the logins' hashes would eat into it, all of it in a short run.
+    options = environment.parsed_options
+    if options is not None and options.headless and not isinstance(environment.runner, WorkerRunner):
+        _prepare(environment)
+
+
 @events.test_start.add_listener
 def _setup(environment: Any, **kwargs: Any) -> None:
     # Fires on the master and on each worker in distributed mode, else in the only
-    # process: the master (or the only process) makes the accounts once, a worker
-    # has them already from the master's message.
+    # process: the master (or the only process) makes the accounts once (if init has
+    # not), a worker has them already from the master's message.
     if isinstance(environment.runner, WorkerRunner):
         return
-    if {BrowsingUser, WritingUser} & set(environment.user_classes):
-        _idle.clear()
-        try:
-            _make_accounts(environment)
-        finally:
-            _idle.set()
+    _prepare(environment)
     if isinstance(environment.runner, MasterRunner):
         environment.runner.send_message(
             _RUN_MESSAGE, {"tag": RUN.tag, "accounts": [asdict(account) for account in RUN.accounts]}
         )
 
 
+def _prepare(environment: Any) -> None:
+    if RUN.prepared or not {BrowsingUser, WritingUser} & set(environment.user_classes):
+        return
+    RUN.prepared = True  # once per test, even if it fails: no more login attempts
+    _idle.clear()
+    try:
+        _make_accounts(environment)
+    finally:
+        _idle.set()
+
+
 def _make_accounts(environment: Any) -> None:
     made: list[Account] = []
     try:
-        for i in range(ACCOUNTS):
-            made.append(_make_account(environment, f"{RUN.tag}-{i}"))
+        for _ in range(ACCOUNTS):
+            made.append(_make_account(environment, f"{RUN.tag}-{next(_names)}"))
     except SetupError as exc:
         logging.error("the run has no accounts, its notes users will fail with 401: %s", exc)
         _release(environment, made)
@@ -180,7 +197,7 @@ def _clean(environment: Any) -> None:
     # A run shorter than its setup stops while the setup still runs: let it finish, then undo it.
     if not _idle.wait(timeout=60):
         logging.error("the run's setup did not finish: its accounts are left as they are")
-    accounts, RUN.accounts = RUN.accounts, []  # once, whichever event comes first
+    accounts, RUN.accounts, RUN.prepared = RUN.accounts, [], False  # once, whichever event comes first
     _release(environment, accounts)
 
 

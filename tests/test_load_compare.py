@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg2
 import pytest
 
 # Not importorskip: importing locust imports gevent, whose monkey-patching of
@@ -23,8 +24,32 @@ if importlib.util.find_spec("locust") is None:
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("tool", ["locust", "wrk"])
-def test_compare_smoke_run_writes_every_output(tool, shared_database_url, tmp_path):
+def leftovers(dsn: str) -> tuple[int, int, int]:
+    """The notes, tokens and sessions of the load suite's accounts (all named load-…) still in the database."""
+    connection = psycopg2.connect(dsn)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """WITH loaders AS (SELECT id FROM users WHERE username LIKE 'load-%')
+                   SELECT (SELECT count(*) FROM notes WHERE owner_id IN (SELECT id FROM loaders)),
+                          (SELECT count(*) FROM api_tokens WHERE user_id IN (SELECT id FROM loaders)),
+                          (SELECT count(*) FROM aiorest_sessions
+                            WHERE (data->>'user_id')::bigint IN (SELECT id FROM loaders))"""
+            )
+            return cursor.fetchone()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize(
+    ("tool", "flow"),
+    [
+        ("locust", "tfb"),
+        ("locust", "notes"),  # logged in: a session cookie for browsers, a bearer token for writers
+        ("wrk", "notes"),  # one endpoint keeps the run short; a bearer token on every request
+    ],
+)
+def test_compare_smoke_run_writes_every_output(tool, flow, shared_database_url, tmp_path):
     if tool == "wrk":
         import shutil
 
@@ -40,7 +65,7 @@ def test_compare_smoke_run_writes_every_output(tool, shared_database_url, tmp_pa
         "--users",
         "2,4",
         "--flow",
-        "tfb" if tool == "locust" else "notes",  # wrk: one endpoint keeps the run short
+        flow,
         "--tool",
         tool,
         "--duration",
@@ -75,6 +100,10 @@ def test_compare_smoke_run_writes_every_output(tool, shared_database_url, tmp_pa
     assert endpoints and any(row["aiorest"]["requests"] > 0 for row in endpoints.values()), endpoints
     unit = "connections" if tool == "wrk" else "users"
     assert f"| {unit} | endpoint | aiorest req/s |" in table
+    if flow == "notes":
+        assert leftovers(shared_database_url) == (0, 0, 0)  # the runs removed what they made
+    if tool == "locust" and flow == "notes":
+        assert {"GET /notes?q&limit", "POST POST /notes", "DELETE DELETE /notes/{id}"} <= set(endpoints), endpoints
     if tool == "wrk":
         assert list(endpoints) == ["/notes?limit=10"]
         assert endpoints["/notes?limit=10"]["aiorest"]["timeouts"] == 0
