@@ -9,12 +9,12 @@ user's requests), ``--tfb-queries`` (N for /queries and /updates), and the
 users' weights ``--browse-weight``, ``--write-weight``, ``--tfb-weight``.
 
 The notes API needs a login, and a login costs an argon2 hash and is rate
-limited (5 a minute per account, 20 per address): users do not log in. At the
-start the run registers ``ACCOUNTS`` accounts and gets a session cookie
-(POST /login) and a bearer token (POST /tokens) for each, 8 login attempts in
-all; browsing users send a cookie, writing users a token, accounts dealt out
-round-robin. In distributed mode the master does this and sends the accounts
-to its workers before they start their users.
+limited (5 a minute per account, 20 per address): users do not log in. Before
+the run (headless) or at its start, it registers ``ACCOUNTS`` accounts and gets
+a session cookie (POST /login) and a bearer token (POST /tokens) for each, 8
+login attempts in all; browsing users send a cookie, writing users a token,
+accounts dealt out round-robin. In distributed mode the master does this and
+sends the accounts to its workers before they start their users.
 """
 
 from __future__ import annotations
@@ -122,10 +122,14 @@ def _make_account(environment: Any, username: str) -> Account:
     credentials = {"username": username, "password": _PASSWORD}
     _expect(client.post("/users", json=credentials, name="setup"), 201, f"POST /users {username}")
     token = _expect(client.post("/tokens", json=credentials, name="setup"), 201, "POST /tokens").json()["token"]
-    login = _expect(client.post("/login", json=credentials, name="setup"), 200, "POST /login")
-    cookie = SimpleCookie(login.headers.get("Set-Cookie") or "").get("session")
-    if cookie is None or not cookie.value:
-        raise SetupError(f"POST /login set no session cookie: {login.headers.get('Set-Cookie')!r}")
+    try:
+        login = _expect(client.post("/login", json=credentials, name="setup"), 200, "POST /login")
+        cookie = SimpleCookie(login.headers.get("Set-Cookie") or "").get("session")
+        if cookie is None or not cookie.value:
+            raise SetupError(f"POST /login set no session cookie: {login.headers.get('Set-Cookie')!r}")
+    except SetupError:
+        client.delete("/tokens/current", headers={"Authorization": f"Bearer {token}"}, name="cleanup")
+        raise
     return Account(username, cookie.value, token)
 
 
