@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from .exceptions import HTTPForbidden, HTTPServiceUnavailable, HTTPTooManyRequests, HTTPUnauthorized
-from .openapi import raises
+from .openapi import SECURED, raises
 from .routing import HANDLER_MIDDLEWARE
 
 if TYPE_CHECKING:
@@ -162,6 +162,10 @@ class BearerTokenIdentity:
             return None
         return await self.lookup(token)
 
+    def security_schemes(self) -> dict[str, dict[str, Any]]:
+        """The OpenAPI security scheme it reads: ``{"bearerAuth": {"type": "http", "scheme": "bearer"}}``."""
+        return {"bearerAuth": {"type": "http", "scheme": "bearer"}}
+
     def challenge(self, request: Request) -> str:
         # RFC 6750 section 3: an error code only when a bearer token was sent; none when the
         # request had no credentials or those of another scheme
@@ -186,16 +190,29 @@ class SessionIdentity:
     A cookie has no registered ``WWW-Authenticate`` scheme, yet a 401 must carry
     one (RFC 9110 section 15.5.2): the challenge is ``Session realm="..."``, which
     no browser acts on (``Basic`` would open a login dialog).
+
+    ``cookie_name`` is only what the OpenAPI document names (the session
+    middleware's ``cookie_name``).
     """
 
     def __init__(
-        self, load: Callable[[Any], Awaitable[Any | None]], *, key: str = "user_id", realm: str = "app"
+        self,
+        load: Callable[[Any], Awaitable[Any | None]],
+        *,
+        key: str = "user_id",
+        realm: str = "app",
+        cookie_name: str = "session",
     ) -> None:
         if not _REALM_RE.fullmatch(realm):
             raise ValueError(f"realm {realm!r} must be printable ASCII without '\"' or '\\'")
         self.load = load
         self.key = key
         self.realm = realm
+        self.cookie_name = cookie_name
+
+    def security_schemes(self) -> dict[str, dict[str, Any]]:
+        """The OpenAPI security scheme it reads: the session cookie, ``{"sessionCookie": {"type": "apiKey", ...}}``."""
+        return {"sessionCookie": {"type": "apiKey", "in": "cookie", "name": self.cookie_name}}
 
     async def identify(self, request: Request) -> Any | None:
         user_id = request.session.get(self.key)
@@ -222,6 +239,15 @@ class AnyIdentity:
             if found is not None:
                 return found
         return None
+
+    def security_schemes(self) -> dict[str, dict[str, Any]]:
+        """The OpenAPI security schemes of its policies that describe theirs: any one of them will do."""
+        schemes: dict[str, dict[str, Any]] = {}
+        for policy in self.policies:
+            describe = getattr(policy, "security_schemes", None)
+            if describe is not None:
+                schemes.update(describe())
+        return schemes
 
     def challenge(self, request: Request) -> str | None:
         challenges = [c for c in (policy.challenge(request) for policy in self.policies) if c is not None]
@@ -281,6 +307,12 @@ class Auth:
         self.identity = identity
         self.authorization: AuthorizationPolicy = authorization if authorization is not None else PermissionsPolicy()
 
+    def openapi_security_schemes(self) -> dict[str, dict[str, Any]]:
+        """What the OpenAPI document lists as the security of the routes that need a login here:
+        the identity policy's ``security_schemes()``, when it has that method."""
+        describe = getattr(self.identity, "security_schemes", None)
+        return dict(describe()) if describe is not None else {}
+
     async def __call__(self, request: Request, handler: Handler) -> Response:
         request.state[_STATE_KEY] = _Context(self)
         response: Response = await handler(request)
@@ -311,6 +343,7 @@ async def permits(request: Request, permission: str) -> bool:
 
 
 def _with_middleware(handler: _H, middleware: Callable[[Request, Handler], Awaitable[Response]]) -> _H:
+    setattr(handler, SECURED, True)
     setattr(handler, HANDLER_MIDDLEWARE, [*getattr(handler, HANDLER_MIDDLEWARE, ()), middleware])
     return handler
 
@@ -328,8 +361,8 @@ def login_required(handler: _H) -> _H:
 
     The 401 carries the identity policy's ``WWW-Authenticate`` challenge. The
     handler is returned as it is, with a middleware attached
-    (``__aiorest_middleware__``) and 401 listed in the OpenAPI
-    document.
+    (``__aiorest_middleware__``), 401 listed in the OpenAPI document and
+    the identity policy's security schemes as the operation's ``security``.
     """
     return _with_middleware(raises(HTTPUnauthorized)(handler), _login_required)
 

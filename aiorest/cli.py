@@ -137,7 +137,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     migrate = commands.add_parser("migrate", help="apply numbered SQL migrations: aiorest migrate --dir migrations")
     migrate.add_argument("action", nargs="?", choices=["up", "status"], default="up", help="up (default) or status")
-    migrate.add_argument("--dir", default="migrations", help="folder of NNNN_name.sql files (default migrations)")
+    migrate.add_argument(
+        "--dir",
+        action="append",
+        dest="dirs",
+        help="folder of NNNN_name.sql files, or aiorest:NAME for aiorest's own (default migrations);"
+        " repeat it to apply several folders in the order given",
+    )
     migrate.add_argument("--dsn", help="PostgreSQL URL (default $DATABASE_URL)")
     return parser
 
@@ -206,7 +212,7 @@ def _on_worker_exit(args: argparse.Namespace) -> Callable[[int], None] | None:
     return worker_exited
 
 
-def _migrate(action: str, directory: str, dsn: str | None) -> int:
+def _migrate(action: str, directories: Sequence[str], dsn: str | None) -> int:
     import asyncio
 
     from .db import Database
@@ -216,14 +222,15 @@ def _migrate(action: str, directory: str, dsn: str | None) -> int:
         db = Database(dsn, min_size=1, max_size=1)
         await db.open()
         try:
-            if action == "status":
-                for migration, state in await migration_status(db, directory):
-                    print(f"{migration.version:04d} {migration.name:40s} {state}")
-            else:
-                applied = await migrate(db, directory)
-                for migration in applied:
-                    print(f"applied {migration.version:04d} {migration.name}")
-                print(f"{len(applied)} migration(s) applied")
+            for directory in directories:
+                if action == "status":
+                    for migration, state in await migration_status(db, directory):
+                        print(f"{migration.version:04d} {migration.name:40s} {state}")
+                else:
+                    applied = await migrate(db, directory)
+                    for migration in applied:
+                        print(f"applied {migration.version:04d} {migration.name}")
+                    print(f"{len(applied)} migration(s) applied")
         finally:
             await db.close()
         return 0
@@ -240,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "run":
         _run(args)
     elif args.command == "migrate":
-        raise SystemExit(_migrate(args.action, args.dir, args.dsn))
+        raise SystemExit(_migrate(args.action, args.dirs or ["migrations"], args.dsn))
 
 
 def _run(args: argparse.Namespace) -> None:

@@ -45,7 +45,12 @@ try:
 except ImportError:  # an optional dependency: the document says so when asked for
     msgspec = None  # type: ignore[assignment]
 
-__all__ = ["build_openapi", "raises", "OPENAPI_VERSION"]
+__all__ = ["build_openapi", "raises", "OPENAPI_VERSION", "SECURED"]
+
+#: The attribute under which :func:`~aiorest.auth.login_required` and
+#: :func:`~aiorest.auth.requires` mark a handler as needing credentials: its
+#: operation lists the security schemes of the ``Auth`` middleware around it.
+SECURED = "__aiorest_secured__"
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -101,6 +106,7 @@ def build_openapi(app: App, *, title: str, version: str, description: str | None
     paths: dict[str, dict[str, Any]] = {}
     operation_ids: set[str] = set()
     tags: dict[str, None] = {}
+    security_schemes: dict[str, Any] = {}
     for route, operation in operations:
         built = operation.build(schemas)
         for raised in getattr(route.handler, "__aiorest_raises__", ()):
@@ -111,6 +117,11 @@ def build_openapi(app: App, *, title: str, version: str, description: str | None
                 if status in _ERRORS
                 else {"description": HTTPStatus(status).phrase, "content": {_JSON: {"schema": schemas[error_ref]}}},
             )
+        if getattr(route.handler, SECURED, False):
+            schemes = _security_schemes((*app.middleware, *route.middleware))
+            if schemes:
+                built["security"] = [{name: []} for name in schemes]  # any one of them
+                security_schemes.update(schemes)
         built["operationId"] = _unique(operation.operation_id, route.method, operation_ids)
         if operation.tag is not None:
             built["tags"] = [operation.tag]
@@ -132,7 +143,19 @@ def build_openapi(app: App, *, title: str, version: str, description: str | None
         for status, name in _ERRORS.items()
     }
     document["components"] = {"schemas": components, "responses": responses}
+    if security_schemes:
+        document["components"]["securitySchemes"] = security_schemes
     return document
+
+
+def _security_schemes(middleware: Iterable[Any]) -> dict[str, Any]:
+    """The security schemes of the innermost middleware that describes some (``Auth``: its identity policy's)."""
+    found: dict[str, Any] = {}
+    for one in middleware:
+        describe = getattr(one, "openapi_security_schemes", None)
+        if describe is not None:
+            found = describe()
+    return found
 
 
 def _require_msgspec() -> None:

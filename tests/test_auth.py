@@ -212,6 +212,32 @@ def test_decorators_list_401_and_403_in_openapi() -> None:
     assert "401" not in document["paths"]["/whoami"]["get"]["responses"]
 
 
+def test_openapi_lists_the_security_schemes_of_the_routes_that_need_a_login() -> None:
+    from aiorest.auth import AnyIdentity, SessionIdentity
+
+    document = auth_app().openapi(title="t", version="1")
+    assert document["components"]["securitySchemes"] == {"bearerAuth": {"type": "http", "scheme": "bearer"}}
+    assert document["paths"]["/me"]["get"]["security"] == [{"bearerAuth": []}]
+    assert "security" not in document["paths"]["/whoami"]["get"]  # Auth around it, but no login needed
+
+    both = Auth(AnyIdentity(SessionIdentity(lookup, cookie_name="sid"), BearerTokenIdentity(lookup)))
+    router = Router(middleware=[both])
+
+    @router.get("/mine")
+    @login_required
+    async def mine(request: Request) -> None: ...
+
+    app = App()
+    app.include(router)
+    document = app.openapi(title="t", version="1")
+    assert document["paths"]["/mine"]["get"]["security"] == [{"sessionCookie": []}, {"bearerAuth": []}]
+    assert document["components"]["securitySchemes"]["sessionCookie"] == {
+        "type": "apiKey",
+        "in": "cookie",
+        "name": "sid",
+    }
+
+
 def test_bad_configuration_is_refused() -> None:
     with pytest.raises(ValueError):
         BearerTokenIdentity(lookup, realm='a"b')

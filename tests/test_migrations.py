@@ -120,6 +120,19 @@ def test_cli_migrate_and_status(database_url, folder):
     assert refused.returncode == 1 and "changed after it was applied" in refused.stderr
 
 
+def test_cli_applies_several_folders_in_the_order_given(database_url, folder):
+    command = [sys.executable, "-m", "aiorest", "migrate", "--dir", "aiorest:sessions", "--dir", str(folder)]
+    done = subprocess.run([*command, "--dsn", database_url], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "applied -001 create_sessions",
+        "1 migration(s) applied",
+        "applied 0001 things",
+        "applied 0002 seed",
+        "2 migration(s) applied",
+    ]
+
+
 def checksum(sql: str) -> str:
     return hashlib.sha256(sql.encode()).hexdigest()
 
