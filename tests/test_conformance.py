@@ -45,7 +45,7 @@ COMMANDS = {
 JSON = "application/json"
 IMF_FIXDATE = re.compile(r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT")
 NOTE_KEYS = {"id", "title", "body", "done", "version", "created_at", "updated_at"}
-SESSIONS_SQL = ROOT / "aiorest" / "sql" / "sessions" / "0001_create_sessions.sql"
+SCHEMA = ["--dir", "aiorest:sessions", "--dir", "migrations"]  # the sessions table, then the app's
 ANONYMOUS = 'Session realm="app", Bearer realm="api"'
 INVALID_TOKEN = 'Session realm="app", Bearer realm="api", error="invalid_token"'
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{43}")
@@ -79,17 +79,15 @@ class Reply:
 
 @pytest.fixture(scope="module")
 def database(shared_database_url: str) -> str:
-    """The shared test database with example_app's migrations applied, before any baseline starts."""
+    """The shared test database with aiorest's sessions table and example_app's migrations, before any server starts."""
     done = subprocess.run(
-        [sys.executable, "-m", "aiorest", "migrate", "--dir", "migrations", "--dsn", shared_database_url],
+        [sys.executable, "-m", "aiorest", "migrate", *SCHEMA, "--dsn", shared_database_url],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    if fetch(shared_database_url, "SELECT to_regclass('aiorest_sessions') IS NULL") == [(True,)]:
-        _execute(shared_database_url, SESSIONS_SQL.read_text())
     return shared_database_url
 
 
@@ -183,15 +181,6 @@ def fetch(database: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         with conn, conn.cursor() as cursor:  # committed: an INSERT ... RETURNING stays
             cursor.execute(sql, params)
             return cursor.fetchall()
-    finally:
-        conn.close()
-
-
-def _execute(database: str, sql: str, *params: Any) -> None:
-    conn = psycopg2.connect(database)
-    try:
-        with conn, conn.cursor() as cursor:
-            cursor.execute(sql, params)
     finally:
         conn.close()
 
