@@ -52,6 +52,7 @@ __all__ = [
     "Passwords",
     "PermissionsPolicy",
     "SessionIdentity",
+    "bearer_token",
     "hash_password",
     "identity",
     "login_required",
@@ -145,16 +146,8 @@ class BearerTokenIdentity:
         self.max_token_length = max_token_length
 
     def token(self, request: Request) -> str | None:
-        """The request's bearer token when well formed, else None."""
-        fields = request.headers.getall("Authorization")
-        if len(fields) != 1:
-            return None
-        value = fields[0]
-        # the bound first: "Bearer " and the token, before any regex looks at it
-        if len(value) > self.max_token_length + 7:
-            return None
-        match = _BEARER_RE.fullmatch(value.strip(" \t"))
-        return match.group(1) if match else None
+        """The request's bearer token when well formed, else None (see :func:`bearer_token`)."""
+        return bearer_token(request, self.max_token_length)
 
     async def identify(self, request: Request) -> Any | None:
         token = self.token(request)
@@ -252,6 +245,24 @@ class AnyIdentity:
     def challenge(self, request: Request) -> str | None:
         challenges = [c for c in (policy.challenge(request) for policy in self.policies) if c is not None]
         return ", ".join(challenges) or None
+
+
+def bearer_token(request: Request, max_length: int = 512) -> str | None:
+    """The request's ``Authorization: Bearer`` token, or None unless there is exactly one
+    such field, well formed (RFC 6750 ``b64token``) and at most ``max_length`` long.
+
+    What :class:`BearerTokenIdentity` reads; a route that revokes the token it
+    was called with reads it too.
+    """
+    fields = request.headers.getall("Authorization")
+    if len(fields) != 1:
+        return None
+    value = fields[0]
+    # the bound first: "Bearer " and the token, before any regex looks at it
+    if len(value) > max_length + 7:
+        return None
+    match = _BEARER_RE.fullmatch(value.strip(" \t"))
+    return match.group(1) if match else None
 
 
 def token_hash(token: str) -> str:

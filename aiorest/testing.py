@@ -37,7 +37,11 @@ class TestClient:
     async def start(self) -> None:
         """Run the app's startup, start the server, open the client session."""
         await self.server.start()
-        self._session = aiohttp.ClientSession(base_url=self.server.url, **self._session_options)
+        options = dict(self._session_options)
+        # aiohttp's default jar drops cookies set by an IP address, and the server is 127.0.0.1:
+        # keep them, as a browser would from a host name, so that a login's session cookie is sent back.
+        options.setdefault("cookie_jar", aiohttp.CookieJar(unsafe=True))
+        self._session = aiohttp.ClientSession(base_url=self.server.url, **options)
 
     async def close(self) -> None:
         """Close the session, stop the server and run the app's shutdown."""

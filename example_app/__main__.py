@@ -73,12 +73,13 @@ def main(argv: list[str] | None = None) -> None:
 
     from aiorest.cli import main as aiorest_main
 
-    from .app import MIGRATIONS
+    from .app import MIGRATION_DIRS
 
     if args.command in ("migrate", "status"):
-        aiorest_main(["migrate", "up" if args.command == "migrate" else "status", "--dir", str(MIGRATIONS)])
+        folders = [arg for directory in MIGRATION_DIRS for arg in ("--dir", directory)]
+        aiorest_main(["migrate", "up" if args.command == "migrate" else "status", *folders])
         return
-    print(f"starting on http://{args.host}:{args.port}/  — try /notes, /db, /fortunes", flush=True)
+    print(f"starting on http://{args.host}:{args.port}/  — try /docs, /notes, /db, /fortunes", flush=True)
     # A startup that fails logs why and raises SystemExit(1): the exit status is 1, and
     # pgserver's atexit still stops PostgreSQL.
     aiorest_main(["run", "example_app:app", "--host", args.host, "--port", str(args.port)])

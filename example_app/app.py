@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from aiorest import App
+from aiorest import App, PostgresStore, Router, SessionMiddleware
 from aiorest.db import Database
 from aiorest.migrations import migrate
 
+from . import users
 from .notes import router as notes_router
 from .techempower import router as techempower_router
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+#: What the app applies at startup, in order: aiorest's sessions table, then the app's own.
+MIGRATION_DIRS = ("aiorest:sessions", str(MIGRATIONS))
 
 
 def create_app(database: Database | None = None) -> App:
@@ -23,10 +26,17 @@ def create_app(database: Database | None = None) -> App:
 
     async def apply_migrations(app: App) -> None:
         # Safe when several workers start at once: the runner takes an advisory lock.
-        await migrate(database, MIGRATIONS)
+        for directory in MIGRATION_DIRS:
+            await migrate(database, directory)
 
     app.on_startup.append(apply_migrations)
-    app.include(notes_router)
+    users.setup(app)
+    # The users and the notes know the caller: a session (kept in PostgreSQL) or a bearer
+    # token. The TechEmpower routes stay outside, and pay for neither.
+    accounts = Router(middleware=[SessionMiddleware(PostgresStore(database)), users.auth(database)])
+    accounts.include(users.router)
+    accounts.include(notes_router)
+    app.include(accounts)
     app.include(techempower_router)
     app.add_openapi_routes()  # /openapi.json, /docs (Swagger UI), /redoc
     return app

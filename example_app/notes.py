@@ -9,6 +9,10 @@ A note's ``version`` is its ETag. PUT, PATCH and DELETE take the version they
 were based on, in ``If-Match`` or as ``"version"`` in the body; a stale one
 gets 412 and the client re-reads. Without either, PUT and PATCH get 428.
 ``If-Match: *`` writes whatever the version; a weak ETag never matches.
+
+Each note belongs to the user who created it (example_app/users.py): every
+route needs a login (a session or a bearer token), and a note of another user
+is answered 404, as a missing one, so that ids tell nothing of others' notes.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from aiorest import (
     Response,
     Router,
 )
+from aiorest.auth import identity, login_required
 from aiorest.db import Database
 from aiorest.openapi import raises
 from aiorest.typed import VALIDATION_MESSAGE, Header
@@ -114,6 +119,13 @@ def _db(request: Request) -> Database:
     return db
 
 
+async def _owner(request: Request) -> int:
+    """The id of the user calling (the routes are under login_required)."""
+    user = await identity(request)
+    owner: int = user.id
+    return owner
+
+
 def _note_response(row: dict[str, Any], status: int = 200) -> Response:
     return Response(_encode(Note(**row)), status, {"ETag": f'"{row["version"]}"'}, "application/json")
 
@@ -158,7 +170,7 @@ async def _write_if_expected(
 ) -> dict[str, Any]:
     """Run ``write`` (an UPDATE ... FROM or DELETE ... USING ``locked``) if the note has an expected version.
 
-    Returns the written row; 404 if there is no such note, 412 with its version
+    Returns the written row; 404 if the caller has no such note, 412 with its version
     if that is not one of ``expected``.
     """
     # The write and its answer come from one statement, so both describe one moment.
@@ -171,12 +183,13 @@ async def _write_if_expected(
     # the request named.
     condition, versions = _version_condition(expected)
     row = await _db(request).fetchone(
-        "WITH locked AS MATERIALIZED (SELECT id AS locked_id, version AS found FROM notes WHERE id = %s FOR UPDATE), "
+        "WITH locked AS MATERIALIZED (SELECT id AS locked_id, version AS found FROM notes"
+        " WHERE id = %s AND owner_id = %s FOR UPDATE), "
         f"written AS ({write} WHERE id = locked_id AND {condition} RETURNING {_COLUMNS}) "
         "SELECT found, written.* FROM locked LEFT JOIN written ON true",
-        (note_id, *params, *versions),
+        (note_id, await _owner(request), *params, *versions),
     )
-    if row is None:
+    if row is None:  # no such note, or another user's
         raise HTTPNotFound("no such note")
     found = row.pop("found")
     if row["id"] is None:
@@ -199,6 +212,7 @@ IfMatch = Annotated[str | None, Header("If-Match")]
 
 
 @router.get("/notes", name="notes")
+@login_required
 async def list_notes(
     request: Request,
     limit: Annotated[int, Meta(ge=1, le=MAX_ID)] = 20,
@@ -206,14 +220,14 @@ async def list_notes(
     done: bool | None = None,
     q: str | None = None,
 ) -> NotePage:
-    """Notes by id, ``limit`` at a time after the ``after`` cursor; filters ``done`` and ``q``.
+    """The caller's notes by id, ``limit`` at a time after the ``after`` cursor; filters ``done`` and ``q``.
 
     ``limit`` above 100 is taken as 100. ``q`` keeps the notes whose title contains it,
     whatever the case. ``next`` keeps the limit and the filters.
     """
     limit = min(limit, MAX_LIMIT)
-    where = ["id > %s"]
-    params: list[Any] = [after]
+    where = ["owner_id = %s", "id > %s"]
+    params: list[Any] = [await _owner(request), after]
     if done is not None:
         where.append("done = %s")
         params.append(done)
@@ -237,11 +251,12 @@ async def list_notes(
 
 
 @router.post("/notes", status=201)
+@login_required
 async def create_note(request: Request, note: NewNote) -> Note | Response:
-    """Create a note: 201, its URL in ``Location``, its version in ``ETag``."""
+    """Create a note of the caller's: 201, its URL in ``Location``, its version in ``ETag``."""
     row = await _db(request).fetchone(
-        f"INSERT INTO notes (title, body, done) VALUES (%s, %s, %s) RETURNING {_COLUMNS}",
-        (note.title.strip(), note.body, note.done),
+        f"INSERT INTO notes (owner_id, title, body, done) VALUES (%s, %s, %s, %s) RETURNING {_COLUMNS}",
+        (await _owner(request), note.title.strip(), note.body, note.done),
     )
     assert row is not None
     response = _note_response(row, status=201)
@@ -250,9 +265,12 @@ async def create_note(request: Request, note: NewNote) -> Note | Response:
 
 
 @router.get("/notes/{note_id:int}", name="note")
+@login_required
 async def get_note(request: Request, note_id: int) -> Note | Response:
-    """A note, its version in ``ETag``."""
-    row = await _db(request).fetchone(f"SELECT {_COLUMNS} FROM notes WHERE id = %s", (_note_id(note_id),))
+    """A note of the caller's, its version in ``ETag``."""
+    row = await _db(request).fetchone(
+        f"SELECT {_COLUMNS} FROM notes WHERE id = %s AND owner_id = %s", (_note_id(note_id), await _owner(request))
+    )
     if row is None:
         raise HTTPNotFound("no such note")
     return _note_response(row)
@@ -284,6 +302,7 @@ async def _update(request: Request, note_id: int, note: NotePatch, if_match: str
 
 @router.put("/notes/{note_id:int}")
 @raises(HTTPBadRequest, HTTPPreconditionFailed, HTTPPreconditionRequired)
+@login_required
 async def replace_note(
     request: Request, note_id: int, note: NoteReplacement, if_match: IfMatch = None
 ) -> Note | Response:
@@ -297,6 +316,7 @@ async def replace_note(
 
 @router.patch("/notes/{note_id:int}")
 @raises(HTTPBadRequest, HTTPPreconditionFailed, HTTPPreconditionRequired)
+@login_required
 async def patch_note(request: Request, note_id: int, note: NotePatch, if_match: IfMatch = None) -> Note | Response:
     """Change the fields given of a note.
 
@@ -308,6 +328,7 @@ async def patch_note(request: Request, note_id: int, note: NotePatch, if_match: 
 
 @router.delete("/notes/{note_id:int}", status=204)
 @raises(HTTPBadRequest, HTTPPreconditionFailed)
+@login_required
 async def delete_note(request: Request, note_id: int, if_match: IfMatch = None) -> None:
     """Delete a note; with ``If-Match``, only at one of the versions it lists (else 412)."""
     expected = _expected_versions(if_match, None)

@@ -1,4 +1,7 @@
-"""The example app over HTTP against real PostgreSQL: the notes resource."""
+"""The example app over HTTP against real PostgreSQL: the notes resource, as a logged-in user.
+
+Users, logins, tokens and who may see which note: tests/test_example_users.py.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +17,20 @@ from example_app import create_app
 
 @pytest.fixture
 async def client(aiorest_client, shared_database_url):
+    """A client logged in as a new user: its cookie jar holds the session."""
     app = create_app(Database(shared_database_url, min_size=2, max_size=16))
-    return await aiorest_client(app)
+    client = await aiorest_client(app)
+    await log_in(client, unique("user"))
+    return client
+
+
+async def log_in(client, username: str, password: str = "correct horse battery") -> dict:
+    """Register ``username`` and log the client in as them (the session cookie goes to its jar)."""
+    async with client.post("/users", json={"username": username, "password": password}) as response:
+        assert response.status == 201, await response.text()
+    async with client.post("/login", json={"username": username, "password": password}) as response:
+        assert response.status == 200, await response.text()
+        return await response.json()
 
 
 def unique(prefix: str = "note") -> str:

@@ -8,11 +8,14 @@ examples per operation, a fixed seed (derandomized), well under 30 s.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+import uuid
 import warnings
 from collections.abc import Iterator
 
@@ -42,6 +45,17 @@ def example_app(shared_database_url: str) -> Iterator[str]:
             _stop(running)
 
 
+def _token(base: str) -> str:
+    """A new user's bearer token, so that the generated requests reach the notes, not only their 401."""
+    credentials = json.dumps({"username": f"st-{uuid.uuid4().hex[:12]}", "password": "schemathesis pw"}).encode()
+    for path in ("/users", "/tokens"):
+        request = urllib.request.Request(base + path, credentials, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = json.load(response)
+    token: str = body["token"]
+    return token
+
+
 def test_the_example_app_answers_as_its_document_says(example_app: str) -> None:
     from schemathesis import checks
 
@@ -55,13 +69,16 @@ def test_the_example_app_answers_as_its_document_says(example_app: str) -> None:
         checks.response_schema_conformance,
         checks.response_headers_conformance,
     ]
+    authorization = {"Authorization": f"Bearer {_token(example_app)}"}
     deadline = time.monotonic() + TIME_BOUND
     ran: dict[str, int] = {}
-    # Every operation: the notes API (typed) and the TechEmpower routes (untyped: the
-    # document says what their return annotations say, and no JSON for a Response).
+    # Every operation: users and tokens, the notes API (typed, as a logged-in user) and the
+    # TechEmpower routes (untyped: the document says what their return annotations say, and
+    # no JSON for a Response).
     operations = [result.ok() for result in schema.get_all_operations()]
     labels = {op.label for op in operations}
     assert labels >= {"GET /notes", "POST /notes", "PATCH /notes/{note_id}", "GET /plaintext", "GET /fortunes"}
+    assert labels >= {"POST /users", "POST /login", "POST /logout", "GET /me", "POST /tokens", "DELETE /tokens/current"}
     for operation in operations:
         if time.monotonic() > deadline:
             break
@@ -79,7 +96,9 @@ def test_the_example_app_answers_as_its_document_says(example_app: str) -> None:
         @hypothesis.given(case=operation.as_strategy())
         def run(case) -> None:  # type: ignore[no-untyped-def]
             ran[case.operation.label] += 1
-            case.call_and_validate(base_url=example_app, checks=chosen, timeout=5)
+            # all but the route that would revoke the token the others use
+            headers = authorization if case.operation.label != "DELETE /tokens/current" else None
+            case.call_and_validate(base_url=example_app, checks=chosen, headers=headers, timeout=5)
 
         run()
     print(f"schemathesis: {sum(ran.values())} examples over {len(ran)} operations")

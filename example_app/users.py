@@ -1,0 +1,197 @@
+"""Users of the notes: register, log in and out, and tokens for API clients.
+
+A browser logs in with ``POST /login`` and gets a session cookie (the session
+lives in PostgreSQL, in aiorest's ``aiorest_sessions`` table); an API client
+trades the same credentials for a bearer token with ``POST /tokens``. Either
+identifies the caller of ``/me`` and of the notes (``auth``).
+
+Passwords are hashed with argon2id (argon2-cffi's default parameters, through
+:mod:`aiorest.auth`), off the event loop. Tokens are 32 random bytes; only their
+SHA-256 is stored, so a leaked table gives no usable token. Logging in (by
+session or token) is rate-limited per account and per client address, before
+any hash is checked; an unknown username costs the same hash as a wrong password.
+"""
+
+from __future__ import annotations
+
+import datetime
+import secrets
+from typing import Annotated, Any, Literal
+
+from msgspec import Meta, Struct
+
+from aiorest import App, HTTPConflict, HTTPTooManyRequests, HTTPUnauthorized, Request, Router
+from aiorest.auth import (
+    AnyIdentity,
+    Auth,
+    BearerTokenIdentity,
+    LoginRateLimiter,
+    SessionIdentity,
+    bearer_token,
+    hash_password,
+    identity,
+    login_required,
+    token_hash,
+    verify_password,
+)
+from aiorest.db import Database
+from aiorest.openapi import raises
+
+router = Router()
+
+# What a 401 of this API says to send: a session cookie, or a bearer token (the identity policies' challenges).
+CHALLENGE = 'Session realm="app", Bearer realm="api"'
+
+Username = Annotated[str, Meta(pattern=r"^[a-z0-9_.-]{3,32}$", description="3 to 32 of a-z, 0-9, '_', '.', '-'")]
+# A password is bounded: argon2 reads all of it, and a megabyte of password is a cheap attack.
+Password = Annotated[str, Meta(min_length=8, max_length=1024)]
+
+
+class NewUser(Struct, forbid_unknown_fields=True):
+    """A registration: the username and the password (8 to 1024 characters)."""
+
+    username: Username
+    password: Password
+
+
+class Credentials(Struct, forbid_unknown_fields=True):
+    """A login's username and password."""
+
+    username: Annotated[str, Meta(max_length=64)]
+    password: Annotated[str, Meta(max_length=1024)]
+
+
+class User(Struct, frozen=True):
+    """A user, as the API shows them, and the identity of their requests."""
+
+    id: int
+    username: str
+
+
+class Token(Struct):
+    """A bearer token for ``Authorization: Bearer <token>``; shown once, never stored."""
+
+    token: str
+    token_type: Literal["Bearer"]
+    expires_at: datetime.datetime
+
+
+def auth(database: Database) -> Auth:
+    """The identity of a request: its session's user, else its bearer token's."""
+
+    async def user_by_id(user_id: Any) -> User | None:
+        if not isinstance(user_id, int):
+            return None
+        row = await database.fetchone("SELECT id, username FROM users WHERE id = %s", (user_id,))
+        return None if row is None else User(**row)
+
+    async def user_by_token(token: str) -> User | None:
+        row = await database.fetchone(
+            "SELECT users.id, users.username FROM api_tokens JOIN users ON users.id = api_tokens.user_id"
+            " WHERE token_hash = %s AND expires_at > now()",
+            (token_hash(token),),
+        )
+        return None if row is None else User(**row)
+
+    return Auth(AnyIdentity(SessionIdentity(user_by_id), BearerTokenIdentity(user_by_token)))
+
+
+def _db(request: Request) -> Database:
+    db: Database = request.app.state.db
+    return db
+
+
+def setup(app: App) -> None:
+    """The login rate limiter, per process, in bounded memory: per account 5 and per
+    client address 20 attempts a minute, right or wrong."""
+    app.state.login_limiter = LoginRateLimiter()
+
+
+def _unauthorized(message: str, challenge: str = CHALLENGE) -> HTTPUnauthorized:
+    error = HTTPUnauthorized(message)
+    error.headers["WWW-Authenticate"] = challenge
+    return error
+
+
+async def _authenticate(request: Request, credentials: Credentials) -> User:
+    """The user the credentials name, or 401; 429 when over the rate limit (checked before any hash)."""
+    limiter: LoginRateLimiter = request.app.state.login_limiter
+    client = request.client
+    limiter.check(credentials.username, client[0] if client else None)
+    row = await _db(request).fetchone(
+        "SELECT id, username, password_hash FROM users WHERE username = %s", (credentials.username,)
+    )
+    # an unknown user costs a hash all the same (verify_password(None, ...)), so the time tells nothing
+    matches = await verify_password(row["password_hash"] if row else None, credentials.password)
+    if not matches or row is None:
+        raise _unauthorized("wrong username or password")
+    limiter.reset(credentials.username)
+    return User(row["id"], row["username"])
+
+
+@router.post("/users", status=201)
+@raises(HTTPConflict)
+async def register(request: Request, new: NewUser) -> User:
+    """Register a user (this does not log in): 409 when the username is taken."""
+    password_hash = await hash_password(new.password)
+    row = await _db(request).fetchone(
+        "INSERT INTO users (username, password_hash) VALUES (%s, %s) ON CONFLICT (username) DO NOTHING"
+        " RETURNING id, username",
+        (new.username, password_hash),
+    )
+    if row is None:
+        raise HTTPConflict("that username is taken")
+    return User(**row)
+
+
+@router.post("/login")
+@raises(HTTPUnauthorized, HTTPTooManyRequests)
+async def login(request: Request, credentials: Credentials) -> User:
+    """Log in: a new session cookie (the session id changes at login, against fixation)."""
+    user = await _authenticate(request, credentials)
+    session = request.session
+    session.rotate()
+    session["user_id"] = user.id
+    return user
+
+
+@router.post("/logout", status=204)
+async def logout(request: Request) -> None:
+    """Log out: the session is deleted and its cookie cleared. Never fails."""
+    request.session.invalidate()
+
+
+@router.get("/me")
+@login_required
+async def me(request: Request) -> User:
+    """The user the request's session or bearer token names."""
+    user: User = await identity(request)
+    return user
+
+
+@router.post("/tokens", status=201)
+@raises(HTTPUnauthorized, HTTPTooManyRequests)
+async def create_token(request: Request, credentials: Credentials) -> Token:
+    """A bearer token for an API client, valid 30 days; the same credentials and limits as ``/login``."""
+    user = await _authenticate(request, credentials)
+    token = secrets.token_urlsafe(32)
+    expires_at = await _db(request).fetchval(
+        "INSERT INTO api_tokens (token_hash, user_id, expires_at) VALUES (%s, %s, now() + interval '30 days')"
+        " RETURNING expires_at",
+        (token_hash(token), user.id),
+    )
+    return Token(token, "Bearer", expires_at)
+
+
+@router.delete("/tokens/current", status=204)
+@login_required
+async def revoke_token(request: Request) -> None:
+    """Revoke the bearer token this request carries (401 without one: a session is not enough)."""
+    token = bearer_token(request)
+    deleted = 0
+    if token is not None:
+        deleted = await _db(request).execute(
+            "DELETE FROM api_tokens WHERE token_hash = %s AND expires_at > now()", (token_hash(token),)
+        )
+    if not deleted:
+        raise _unauthorized("send the bearer token to revoke", 'Bearer realm="api"')

@@ -1,0 +1,283 @@
+"""The example app's users over HTTP against real PostgreSQL: register, log in and out,
+tokens, notes owned by their user, and every refusal."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+
+from aiorest.auth import token_hash
+from aiorest.db import Database
+from example_app import create_app
+from tests.test_example_app import log_in, unique
+
+PASSWORD = "correct horse battery"
+CHALLENGE = 'Session realm="app", Bearer realm="api"'
+
+
+@pytest.fixture
+async def app(shared_database_url):
+    return create_app(Database(shared_database_url, min_size=2, max_size=16))
+
+
+@pytest.fixture
+async def client(aiorest_client, app):
+    return await aiorest_client(app)
+
+
+def username() -> str:
+    return unique("user").lower()
+
+
+async def register(client, name: str, password: str = PASSWORD) -> dict:
+    async with client.post("/users", json={"username": name, "password": password}) as response:
+        assert response.status == 201, await response.text()
+        return await response.json()
+
+
+async def token_for(client, name: str, password: str = PASSWORD) -> str:
+    async with client.post("/tokens", json={"username": name, "password": password}) as response:
+        assert response.status == 201, await response.text()
+        body = await response.json()
+    assert body["token_type"] == "Bearer" and len(body["token"]) >= 43
+    return body["token"]
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def error_of(response) -> tuple[int, str]:
+    body = await response.json()
+    assert set(body["error"]) == {"status", "message", "details"} and body["error"]["status"] == response.status
+    return response.status, body["error"]["message"]
+
+
+async def test_register_then_log_in_sets_a_safe_session_cookie_and_me_names_the_user(client):
+    name = username()
+    user = await register(client, name)
+    assert set(user) == {"id", "username"} and user["username"] == name
+    async with client.get("/me") as response:
+        assert await error_of(response) == (401, "authentication required")  # registering does not log in
+        assert response.headers["WWW-Authenticate"] == CHALLENGE
+    async with client.post("/login", json={"username": name, "password": PASSWORD}) as response:
+        assert response.status == 200 and await response.json() == user
+        cookie = response.headers["Set-Cookie"]
+    assert cookie.startswith("session=")
+    attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")[1:]}
+    assert {"httponly", "path", "samesite", "max-age"} <= attributes and "secure" not in attributes  # plain http
+    assert "samesite=lax" in cookie.lower()
+    async with client.get("/me") as response:
+        assert response.status == 200 and await response.json() == user
+
+
+async def test_the_password_is_stored_as_an_argon2id_hash(client, app):
+    name = username()
+    await register(client, name)
+    stored = await app.state.db.fetchval("SELECT password_hash FROM users WHERE username = %s", (name,))
+    assert stored.startswith("$argon2id$") and PASSWORD not in stored
+
+
+@pytest.mark.parametrize(
+    ("body", "location"),
+    [
+        ({"username": "ab", "password": PASSWORD}, "body.username"),
+        ({"username": "Ada", "password": PASSWORD}, "body.username"),  # lower case only
+        ({"username": "a" * 33, "password": PASSWORD}, "body.username"),
+        ({"username": "ada lovelace", "password": PASSWORD}, "body.username"),
+        ({"username": "ada", "password": "short"}, "body.password"),
+        ({"username": "ada", "password": "p" * 1025}, "body.password"),
+        ({"username": "ada", "password": PASSWORD, "admin": True}, "body"),
+        ({"username": "ada"}, "body.password"),
+    ],
+)
+async def test_a_bad_registration_is_422_naming_the_field(client, body, location):
+    async with client.post("/users", json=body) as response:
+        assert response.status == 422
+        [problem] = (await response.json())["error"]["details"]
+    assert problem["location"] == location, problem
+
+
+async def test_a_taken_username_is_409(client):
+    name = username()
+    await register(client, name)
+    async with client.post("/users", json={"username": name, "password": "another password"}) as response:
+        assert await error_of(response) == (409, "that username is taken")
+
+
+async def test_a_wrong_password_and_an_unknown_user_get_the_same_401(client):
+    name = username()
+    await register(client, name)
+    answers = []
+    for credentials in ({"username": name, "password": "wrong password"}, {"username": username(), "password": "x"}):
+        started = time.perf_counter()
+        async with client.post("/login", json=credentials) as response:
+            answers.append((await error_of(response), response.headers["WWW-Authenticate"]))
+            assert "Set-Cookie" not in response.headers
+        assert time.perf_counter() - started > 0.005  # the unknown user's password was hashed too
+    assert answers == [((401, "wrong username or password"), CHALLENGE)] * 2
+    async with client.get("/me") as response:
+        assert response.status == 401
+
+
+async def test_login_rotates_the_session_and_logout_ends_it_for_good(client, app):
+    name = username()
+    await register(client, name)
+    await log_in_as(client, name)
+    first = session_cookie(client)
+    await log_in_as(client, name)
+    second = session_cookie(client)
+    assert first != second  # a new id at each login, against fixation
+    rows = await app.state.db.fetchval("SELECT count(*) FROM aiorest_sessions WHERE id = ANY(%s)", ([first, second],))
+    assert rows == 1  # the old session is gone from the store
+    async with client.post("/logout") as response:
+        assert response.status == 204
+        assert "Max-Age=0" in response.headers["Set-Cookie"]
+    assert await app.state.db.fetchval("SELECT count(*) FROM aiorest_sessions WHERE id = %s", (second,)) == 0
+    # the old cookie, replayed (stolen, say), is worth nothing now
+    async with client.get("/me", headers={"Cookie": f"session={second}"}) as response:
+        assert response.status == 401
+    async with client.post("/logout") as response:
+        assert response.status == 204 and "Set-Cookie" not in response.headers  # logging out twice is fine
+
+
+async def log_in_as(client, name: str) -> None:
+    async with client.post("/login", json={"username": name, "password": PASSWORD}) as response:
+        assert response.status == 200, await response.text()
+
+
+def session_cookie(client) -> str:
+    return next(cookie.value for cookie in client.session.cookie_jar if cookie.key == "session")
+
+
+@pytest.mark.parametrize("cookie", ["garbage", "x" * 5000, "", "session-of-nobody-" + "a" * 25])
+async def test_a_bad_session_cookie_is_anonymous_not_an_error(client, cookie):
+    async with client.get("/me", headers={"Cookie": f"session={cookie}"}) as response:
+        assert response.status == 401
+
+
+async def test_a_token_identifies_an_api_client_until_it_is_revoked(client, app):
+    name = username()
+    user = await register(client, name)
+    token = await token_for(client, name)
+    stored = await app.state.db.fetchval("SELECT token_hash FROM api_tokens WHERE user_id = %s", (user["id"],))
+    assert stored == token_hash(token) and token not in stored  # only its hash is kept
+    async with client.get("/me", headers=bearer(token)) as response:
+        assert response.status == 200 and await response.json() == user
+    async with client.delete("/tokens/current", headers=bearer(token)) as response:
+        assert response.status == 204
+    async with client.get("/me", headers=bearer(token)) as response:
+        assert response.status == 401
+        assert response.headers["WWW-Authenticate"] == f'{CHALLENGE}, error="invalid_token"'
+
+
+async def test_an_expired_token_is_refused(client, app):
+    name = username()
+    await register(client, name)
+    token = await token_for(client, name)
+    await app.state.db.execute(
+        "UPDATE api_tokens SET expires_at = now() - interval '1 second' WHERE token_hash = %s", (token_hash(token),)
+    )
+    async with client.get("/me", headers=bearer(token)) as response:
+        assert response.status == 401
+
+
+async def test_revoking_needs_a_bearer_token_not_a_session(client):
+    name = username()
+    await register(client, name)
+    await log_in_as(client, name)
+    async with client.delete("/tokens/current") as response:
+        assert await error_of(response) == (401, "send the bearer token to revoke")
+        assert response.headers["WWW-Authenticate"] == 'Bearer realm="api"'
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    ["Bearer", "Bearer not a token", "Basic YWRhOnB3", "Bearer " + "a" * 600, "Bearer unknown-token"],
+)
+async def test_a_bad_authorization_header_is_401_never_500(client, authorization):
+    async with client.get("/notes", headers={"Authorization": authorization}) as response:
+        assert response.status == 401
+
+
+async def test_notes_need_a_login(client):
+    for method, path in [("GET", "/notes"), ("POST", "/notes"), ("GET", "/notes/1"), ("DELETE", "/notes/1")]:
+        async with client.request(method, path, json={"title": "x"}) as response:
+            assert await error_of(response) == (401, "authentication required"), (method, path)
+            assert response.headers["WWW-Authenticate"] == CHALLENGE
+
+
+async def test_another_user_s_note_is_404_and_never_listed(client):
+    await log_in(client, username())  # ada, by the session cookie in the client's jar
+    bob = username()
+    await register(client, bob)
+    async with client.post("/notes", json={"title": "ada's secret"}) as response:
+        note = await response.json()
+    note_path = f"/notes/{note['id']}"
+    # bob is an API client with a token, on a connection of his own (no cookie of ada's)
+    async with aiohttp.ClientSession(base_url=client.url, headers=bearer(await token_for(client, bob))) as as_bob:
+        async with as_bob.get("/me") as response:
+            assert (await response.json())["username"] == bob
+        async with as_bob.get(note_path) as response:
+            assert await error_of(response) == (404, "no such note")
+        async with as_bob.patch(note_path, json={"title": "mine now", "version": 1}) as response:
+            assert response.status == 404
+        async with as_bob.put(note_path, json={"title": "mine now"}, headers={"If-Match": "*"}) as response:
+            assert response.status == 404
+        async with as_bob.delete(note_path) as response:
+            assert response.status == 404
+        async with as_bob.get("/notes?limit=100&q=secret") as response:
+            assert (await response.json())["items"] == []
+    async with client.get(note_path) as response:
+        assert response.status == 200 and (await response.json())["title"] == "ada's secret"  # untouched
+
+
+async def test_login_is_rate_limited_per_account_and_per_address(client):
+    name = username()
+    await register(client, name)
+    for _ in range(5):
+        async with client.post("/login", json={"username": name, "password": "wrong password"}) as response:
+            assert response.status == 401
+    async with client.post("/login", json={"username": name, "password": PASSWORD}) as response:
+        assert await error_of(response) == (429, "too many login attempts")  # even the right password, now
+        assert 1 <= int(response.headers["Retry-After"]) <= 60
+    async with client.post("/tokens", json={"username": name, "password": PASSWORD}) as response:
+        assert response.status == 429  # tokens share the limit
+    # the address: 20 attempts a minute over any accounts (7 so far)
+    others = [{"username": username(), "password": "x"} for _ in range(13)]
+    statuses = []
+    for credentials in others + others[:1]:
+        async with client.post("/login", json=credentials) as response:
+            statuses.append(response.status)
+    assert statuses == [401] * 13 + [429]
+
+
+async def test_many_logins_at_once_are_bounded_not_queued_without_end(client):
+    name = username()
+    await register(client, name)
+
+    # 80 at once from one address: the limiter turns most away before any hash is computed
+    async def attempt() -> int:
+        async with client.post("/login", json={"username": name, "password": "wrong"}) as response:
+            return response.status
+
+    statuses = await asyncio.gather(*(attempt() for _ in range(80)))
+    assert statuses.count(401) == 5 and statuses.count(429) == 75
+
+
+async def test_openapi_says_which_routes_need_credentials(client):
+    async with client.get("/openapi.json") as response:
+        document = await response.json()
+    assert document["components"]["securitySchemes"] == {
+        "sessionCookie": {"type": "apiKey", "in": "cookie", "name": "session"},
+        "bearerAuth": {"type": "http", "scheme": "bearer"},
+    }
+    either = [{"sessionCookie": []}, {"bearerAuth": []}]
+    assert document["paths"]["/notes"]["get"]["security"] == either
+    assert document["paths"]["/me"]["get"]["security"] == either
+    assert "security" not in document["paths"]["/login"]["post"]
+    assert "security" not in document["paths"]["/db"]["get"]
+    assert {"401", "429", "422"} <= set(document["paths"]["/login"]["post"]["responses"])
