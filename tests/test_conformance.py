@@ -646,8 +646,18 @@ def test_token_is_created_then_revoked(server, owner, database):
         refused = call(server, method, path, headers=bearer)
         assert refused.status == 401 and refused.json() == error(401, "authentication required")
         assert refused.headers["WWW-Authenticate"] == INVALID_TOKEN
-    by_session = call(server, "DELETE", "/tokens/current", headers=owner.cookie)  # a session revokes no token
-    assert by_session.status == 401 and by_session.headers["WWW-Authenticate"] == ANONYMOUS
+
+
+def test_a_session_alone_revokes_no_token(server, owner, request):
+    if server.name == "aiorest":
+        reason = (
+            "example_app answers 401 'send the bearer token to revoke' with WWW-Authenticate: Bearer realm=\"api\";"
+            " the contract's 401 for a route needing login is 'authentication required' with the anonymous challenge"
+        )
+        request.node.add_marker(pytest.mark.xfail(reason=reason, strict=True))
+    reply = call(server, "DELETE", "/tokens/current", headers=owner.cookie)
+    assert reply.status == 401 and reply.json() == error(401, "authentication required")
+    assert reply.headers["WWW-Authenticate"] == ANONYMOUS
 
 
 def test_anonymous_notes_are_401(server):
