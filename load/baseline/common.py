@@ -4,7 +4,7 @@ flask_app and stdlib_app only adapt HTTP to these functions, so they answer
 alike, and alike to example_app (example_app/notes.py, example_app/techempower.py):
 the same statuses, JSON shapes, error details and SQL statements. Sessions are
 rows of aiorest's own table (aiorest_sessions, as aiorest.sessions.PostgresStore
-keeps them), so a session made by one server is good on another.
+keeps them: under the SHA-256 of the id), so a session made by one server is good on another.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import psycopg2.extensions
 
 from aiorest.auth import LoginRateLimiter, token_hash
 from aiorest.exceptions import HTTPTooManyRequests
+from aiorest.sessions import stored_id
 
 JSON_TYPE = "application/json"
 TEXT_TYPE = "text/plain; charset=utf-8"
@@ -303,7 +304,7 @@ def authenticate(pool: Pool, credentials: Credentials) -> User:
                 "SELECT u.id, u.username FROM aiorest_sessions s JOIN users u ON u.id = CASE"
                 " WHEN jsonb_typeof(s.data -> 'user_id') = 'number' THEN (s.data ->> 'user_id')::numeric END"
                 " WHERE s.id = %s AND s.expires_at > now()",
-                (credentials.session_id,),
+                (stored_id(credentials.session_id),),
             )
             row = cur.fetchone()
         token = credentials.bearer_token
@@ -406,11 +407,11 @@ def login(pool: Pool, data: Any, address: str | None, old_session_id: str | None
     session_id = secrets.token_urlsafe(32)
     with pool.cursor() as cur:
         if old_session_id is not None:  # rotation: an id planted before the login never becomes logged in
-            cur.execute("DELETE FROM aiorest_sessions WHERE id = %s", (old_session_id,))
+            cur.execute("DELETE FROM aiorest_sessions WHERE id = %s", (stored_id(old_session_id),))
         cur.execute(
             "INSERT INTO aiorest_sessions (id, data, expires_at)"
             " VALUES (%s, %s::jsonb, now() + make_interval(secs => %s))",
-            (session_id, dumps({"user_id": user.id}), SESSION_MAX_AGE),
+            (stored_id(session_id), dumps({"user_id": user.id}), SESSION_MAX_AGE),
         )
     return user, session_cookie(session_id)
 
@@ -420,7 +421,7 @@ def logout(pool: Pool, session_id: str | None) -> str | None:
     if session_id is None:
         return None
     with pool.cursor() as cur:
-        cur.execute("DELETE FROM aiorest_sessions WHERE id = %s RETURNING expires_at > now()", (session_id,))
+        cur.execute("DELETE FROM aiorest_sessions WHERE id = %s RETURNING expires_at > now()", (stored_id(session_id),))
         row = cur.fetchone()
     return EXPIRED_SESSION_COOKIE if row is not None and row[0] else None
 
@@ -441,7 +442,12 @@ def create_token(pool: Pool, data: Any, address: str | None) -> dict[str, Any]:
 
 
 def revoke_token(pool: Pool, credentials: Credentials) -> None:
-    """DELETE /tokens/current: the request's own bearer token, which must be live (a session is not enough)."""
+    """DELETE /tokens/current: the request's own bearer token, which must be live.
+
+    Anonymous: 401 as any route needing a login. Logged in by a session alone (or
+    with a dead token beside it): 401 asking for the token, as example_app does.
+    """
+    authenticate(pool, credentials)
     token = credentials.bearer_token
     deleted = 0
     if token is not None:
@@ -449,7 +455,7 @@ def revoke_token(pool: Pool, credentials: Credentials) -> None:
             cur.execute("DELETE FROM api_tokens WHERE token_hash = %s AND expires_at > now()", (token_hash(token),))
             deleted = cur.rowcount
     if not deleted:
-        raise unauthorized(credentials)
+        raise ApiError(401, "send the bearer token to revoke", headers={"WWW-Authenticate": 'Bearer realm="api"'})
 
 
 # -- notes (example_app/notes.py) -----------------------------------------------------
