@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .response import Response
     from .routing import Handler
 
-__all__ = ["Session", "SessionStore", "SessionMiddleware", "CookieStore", "RedisStore", "PostgresStore"]
+__all__ = ["Session", "SessionStore", "SessionMiddleware", "CookieStore", "RedisStore", "PostgresStore", "stored_id"]
 
 # Browsers keep a cookie of up to 4096 bytes, name and value (RFC 6265, 6.1 asks for
 # at least that much). A longer one is dropped silently, by the browser: refuse to send it.
@@ -36,6 +36,16 @@ COOKIE_LIMIT = 4096
 _MIN_SECRET = 32  # bytes: a key shorter than the HMAC's 256-bit output weakens it
 _CLOCK_SKEW = 60  # seconds a cookie's issue time may be ahead of this server's clock
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")  # secrets.token_urlsafe(32)
+
+
+def stored_id(session_id: str) -> str:
+    """What a server-side store keys a session by: the SHA-256 of its id, in hex.
+
+    The id in the cookie is never stored: a leaked table or dump names no
+    usable session, and the lookup compares a hash the client cannot steer
+    byte by byte, not the secret itself (no timing to learn it from).
+    """
+    return hashlib.sha256(session_id.encode()).hexdigest()
 
 
 class SessionStore:
@@ -212,7 +222,7 @@ class CookieStore(SessionStore):
 
 
 class RedisStore(SessionStore):
-    """Keeps each session in a Redis hash, one field per key; the cookie holds its id.
+    """Keeps each session in a Redis hash (at ``prefix + stored_id(id)``), one field per key; the cookie holds its id.
 
     ``redis`` is a URL (``redis://127.0.0.1:6379/0``) or a ``redis.asyncio.Redis``
     client (``pip install 'aiorest[sessions-redis]'``). A session lives at
@@ -244,7 +254,7 @@ class RedisStore(SessionStore):
     async def load(self, value: str, max_age: int) -> Session | None:
         if not _ID_RE.match(value):  # not one of our ids: no round trip for it
             return None
-        fields = await self.redis.hgetall(self.prefix + value)
+        fields = await self.redis.hgetall(self.prefix + stored_id(value))
         if not fields:  # expired, deleted or never ours: a new id, not the one the client chose
             return None
         data: dict[str, Any] = {}
@@ -256,7 +266,7 @@ class RedisStore(SessionStore):
         return Session(data, value)
 
     async def save(self, session: Session, max_age: int) -> str:
-        key = self.prefix + session.id
+        key = self.prefix + stored_id(session.id)
         data = session._data
         async with self.redis.pipeline(transaction=True) as pipe:
             if session._fresh:  # a new id: the whole session, over anything there
@@ -273,7 +283,7 @@ class RedisStore(SessionStore):
         return session.id
 
     async def delete(self, session_id: str) -> None:
-        await self.redis.delete(self.prefix + session_id)
+        await self.redis.delete(self.prefix + stored_id(session_id))
 
 
 # -- the data in PostgreSQL -------------------------------------------------------
@@ -296,7 +306,7 @@ DELETE FROM aiorest_sessions WHERE id IN (
 
 
 class PostgresStore(SessionStore):
-    """Keeps each session in a row of ``aiorest_sessions``, its keys a jsonb object.
+    """Keeps each session in a row of ``aiorest_sessions`` (``id`` is :func:`~aiorest.sessions.stored_id`), its keys a jsonb object.
 
     The table is made by a migration aiorest ships: ``aiorest migrate --dir
     aiorest:sessions``. The cookie holds the session's random id. A request
@@ -320,7 +330,7 @@ class PostgresStore(SessionStore):
         if not _ID_RE.match(value):
             return None
         data = await self.database.fetchval(
-            "SELECT data FROM aiorest_sessions WHERE id = %s AND expires_at > now()", (value,)
+            "SELECT data FROM aiorest_sessions WHERE id = %s AND expires_at > now()", (stored_id(value),)
         )
         if not isinstance(data, dict):  # no such session, or expired
             return None
@@ -331,7 +341,7 @@ class PostgresStore(SessionStore):
         changed = data if session._fresh else {field: data[field] for field in session._changed}
         await self.database.execute(
             _UPSERT,
-            (session.id, json.dumps(changed), self.ttl or max_age, session._fresh, sorted(session._deleted)),
+            (stored_id(session.id), json.dumps(changed), self.ttl or max_age, session._fresh, sorted(session._deleted)),
         )
         if time.monotonic() - self._purged > self.purge_every:
             self._purged = time.monotonic()
@@ -339,7 +349,7 @@ class PostgresStore(SessionStore):
         return session.id
 
     async def delete(self, session_id: str) -> None:
-        await self.database.execute("DELETE FROM aiorest_sessions WHERE id = %s", (session_id,))
+        await self.database.execute("DELETE FROM aiorest_sessions WHERE id = %s", (stored_id(session_id),))
 
     async def purge_expired(self) -> int:
         """Delete up to ``purge_batch`` expired sessions; returns how many."""

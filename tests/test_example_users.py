@@ -11,6 +11,7 @@ import pytest
 
 from aiorest.auth import token_hash
 from aiorest.db import Database
+from aiorest.sessions import stored_id
 from example_app import create_app
 from tests.test_example_app import log_in, unique
 
@@ -131,12 +132,14 @@ async def test_login_rotates_the_session_and_logout_ends_it_for_good(client, app
     await log_in_as(client, name)
     second = session_cookie(client)
     assert first != second  # a new id at each login, against fixation
-    rows = await app.state.db.fetchval("SELECT count(*) FROM aiorest_sessions WHERE id = ANY(%s)", ([first, second],))
+    rows = await app.state.db.fetchval(
+        "SELECT count(*) FROM aiorest_sessions WHERE id = ANY(%s)", ([stored_id(first), stored_id(second)],)
+    )
     assert rows == 1  # the old session is gone from the store
     async with client.post("/logout") as response:
         assert response.status == 204
         assert "Max-Age=0" in response.headers["Set-Cookie"]
-    assert await app.state.db.fetchval("SELECT count(*) FROM aiorest_sessions WHERE id = %s", (second,)) == 0
+    assert await app.state.db.fetchval("SELECT count(*) FROM aiorest_sessions WHERE id = %s", (stored_id(second),)) == 0
     # the old cookie, replayed (stolen, say), is worth nothing now
     async with client.get("/me", headers={"Cookie": f"session={second}"}) as response:
         assert response.status == 401

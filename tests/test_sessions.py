@@ -20,7 +20,7 @@ from aiorest import App, CookieStore, HTTPConflict, PostgresStore, RedisStore, R
 from aiorest.db import Database
 from aiorest.migrations import MigrationError, load_migrations, migrate
 from aiorest.server import Server
-from aiorest.sessions import COOKIE_LIMIT, Session, SessionStore
+from aiorest.sessions import COOKIE_LIMIT, Session, SessionStore, stored_id
 
 OLD = "o" * 32
 NEW = "n" * 32
@@ -317,7 +317,7 @@ async def test_redis_set_read_and_ttl(aiorest_client: Any, redis_store: RedisSto
         session_id = (await response.json())["id"]
         (cookie,) = set_cookies(response)
         assert cookie.startswith(f"session={session_id};") and "HttpOnly" in cookie
-    key = redis_store.prefix + session_id
+    key = redis_store.prefix + stored_id(session_id)
     assert await redis_store.redis.hgetall(key) == {b"user": b'"ann"', b"n": b"[1]"}
     assert 110 < await redis_store.redis.ttl(key) <= 120
     async with client.get("/s/get") as response:
@@ -332,7 +332,7 @@ async def test_redis_bad_or_unknown_ids_never_become_sessions(aiorest_client: An
         async with client.post("/s/set", json={"k": 1}, cookies={"session": value}) as response:
             assert response.status == 200
             assert (await response.json())["id"] != value
-    assert await redis_store.redis.exists(redis_store.prefix + chosen) == 0
+    assert await redis_store.redis.exists(redis_store.prefix + stored_id(chosen)) == 0
 
 
 async def test_redis_rotate_and_invalidate(aiorest_client: Any, redis_store: RedisStore) -> None:
@@ -342,13 +342,13 @@ async def test_redis_rotate_and_invalidate(aiorest_client: Any, redis_store: Red
     async with client.post("/s/rotate") as response:
         second = (await response.json())["id"]
     assert first != second
-    assert await redis_store.redis.exists(redis_store.prefix + first) == 0
-    assert await redis_store.redis.hgetall(redis_store.prefix + second) == {b"user": b'"ann"'}
+    assert await redis_store.redis.exists(redis_store.prefix + stored_id(first)) == 0
+    assert await redis_store.redis.hgetall(redis_store.prefix + stored_id(second)) == {b"user": b'"ann"'}
     async with client.get("/s/get", cookies={"session": first}) as response:  # the old id is dead
         assert (await response.json())["data"] == {}
     async with client.post("/s/invalidate", cookies={"session": second}) as response:
         assert "Max-Age=0" in set_cookies(response)[0]
-    assert await redis_store.redis.exists(redis_store.prefix + second) == 0
+    assert await redis_store.redis.exists(redis_store.prefix + stored_id(second)) == 0
 
 
 async def test_redis_deletes_only_the_deleted_key(aiorest_client: Any, redis_store: RedisStore) -> None:
@@ -356,7 +356,7 @@ async def test_redis_deletes_only_the_deleted_key(aiorest_client: Any, redis_sto
     async with client.post("/s/set", json={"a": 1, "b": 2}) as response:
         session_id = (await response.json())["id"]
     await (await client.post("/s/del/a")).release()
-    assert await redis_store.redis.hgetall(redis_store.prefix + session_id) == {b"b": b"2"}
+    assert await redis_store.redis.hgetall(redis_store.prefix + stored_id(session_id)) == {b"b": b"2"}
 
 
 async def write_two_keys_at_once(aiorest_client: Any, store: SessionStore) -> tuple[Any, str]:
@@ -449,7 +449,7 @@ async def pg_store(database_url: str) -> AsyncIterator[PostgresStore]:
 
 
 async def row(store: PostgresStore, session_id: str) -> Any:
-    return await store.database.fetchval("SELECT data FROM aiorest_sessions WHERE id = %s", (session_id,))
+    return await store.database.fetchval("SELECT data FROM aiorest_sessions WHERE id = %s", (stored_id(session_id),))
 
 
 async def test_aiorest_migrations_do_not_collide_with_the_app_s(database_url: str, tmp_path: Any) -> None:
@@ -474,6 +474,8 @@ async def test_postgres_set_read_rotate_invalidate(aiorest_client: Any, pg_store
     async with client.post("/s/set", json={"user": "ann", "n": [1]}) as response:
         first = (await response.json())["id"]
     assert await row(pg_store, first) == {"user": "ann", "n": [1]}
+    ids = await pg_store.database.fetchall("SELECT id FROM aiorest_sessions")
+    assert [r["id"] for r in ids] == [stored_id(first)] and len(stored_id(first)) == 64  # its hash, never the id
     async with client.get("/s/get") as response:
         assert (await response.json())["data"] == {"user": "ann", "n": [1]} and set_cookies(response) == []
     await (await client.post("/s/del/n")).release()

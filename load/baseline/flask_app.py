@@ -133,32 +133,80 @@ def updates() -> list[dict[str, int]]:
     return common.update_worlds(_pool(), common.query_count(request.args.get("queries")))
 
 
-# -- notes --------------------------------------------------------------------------------
+# -- users --------------------------------------------------------------------------------
 
 
 def _json_body() -> Any:
     return common.parse_json_body(request.content_type, request.get_data(cache=False))
 
 
+def _credentials() -> common.Credentials:
+    return common.Credentials.from_headers(request.headers.getlist("Cookie"), request.headers.getlist("Authorization"))
+
+
+def _user_id() -> int:
+    return common.authenticate(_pool(), _credentials()).id
+
+
+@api.post("/users")
+def register() -> ResponseReturnValue:
+    return common.register(_pool(), _json_body()).to_dict(), 201
+
+
+@api.post("/login")
+def login() -> ResponseReturnValue:
+    user, cookie = common.login(_pool(), _json_body(), request.remote_addr, _credentials().session_id)
+    return user.to_dict(), {"Set-Cookie": cookie}
+
+
+@api.post("/logout")
+def logout() -> Response:
+    cookie = common.logout(_pool(), _credentials().session_id)
+    return _no_content(None if cookie is None else {"Set-Cookie": cookie})
+
+
+@api.get("/me")
+def me() -> dict[str, Any]:
+    return common.authenticate(_pool(), _credentials()).to_dict()
+
+
+@api.post("/tokens")
+def create_token() -> ResponseReturnValue:
+    return common.create_token(_pool(), _json_body(), request.remote_addr), 201
+
+
+@api.delete("/tokens/current")
+def revoke_token() -> Response:
+    common.revoke_token(_pool(), _credentials())
+    return _no_content()
+
+
+# -- notes --------------------------------------------------------------------------------
+
+
 @api.get("/notes")
 def list_notes() -> dict[str, Any]:
-    return common.list_notes(_pool(), request.args)
+    return common.list_notes(_pool(), _user_id(), request.args)
 
 
 @api.post("/notes")
 def create_note() -> ResponseReturnValue:
-    note = common.create_note(_pool(), _json_body())
+    owner_id = _user_id()
+    note = common.create_note(_pool(), owner_id, _json_body())
     return note, 201, {"Location": common.note_location(note), "ETag": common.note_etag(note)}
 
 
 @api.get("/notes/<digits:note_id>")
 def get_note(note_id: int) -> ResponseReturnValue:
-    note = common.get_note(_pool(), note_id)
+    note = common.get_note(_pool(), _user_id(), note_id)
     return note, {"ETag": common.note_etag(note)}
 
 
 def _update(note_id: int, *, partial: bool) -> ResponseReturnValue:
-    note = common.update_note(_pool(), note_id, _json_body(), request.headers.get("If-Match"), partial=partial)
+    owner_id = _user_id()
+    note = common.update_note(
+        _pool(), owner_id, note_id, _json_body(), request.headers.get("If-Match"), partial=partial
+    )
     return note, {"ETag": common.note_etag(note)}
 
 
@@ -174,7 +222,7 @@ def patch_note(note_id: int) -> ResponseReturnValue:
 
 @api.delete("/notes/<digits:note_id>")
 def delete_note(note_id: int) -> Response:
-    common.delete_note(_pool(), note_id, request.headers.get("If-Match"))
+    common.delete_note(_pool(), _user_id(), note_id, request.headers.get("If-Match"))
     return _no_content()
 
 

@@ -45,6 +45,7 @@ class Request:
     headers: Message
     body: bytes
     args: tuple[str, ...]  # the path's captured parameters
+    address: str  # the client's
 
     @property
     def note_id(self) -> int:
@@ -52,6 +53,14 @@ class Request:
 
     def json(self) -> Any:
         return common.parse_json_body(self.headers.get("Content-Type"), self.body)
+
+    def credentials(self) -> common.Credentials:
+        return common.Credentials.from_headers(
+            self.headers.get_all("Cookie") or [], self.headers.get_all("Authorization") or []
+        )
+
+    def user_id(self) -> int:
+        return common.authenticate(self.pool, self.credentials()).id
 
 
 Route = Callable[[Request], Reply]
@@ -102,23 +111,52 @@ def _updates(request: Request) -> Reply:
     return _json(common.update_worlds(request.pool, common.query_count(request.query.get("queries"))))
 
 
+def _register(request: Request) -> Reply:
+    return _json(common.register(request.pool, request.json()).to_dict(), 201)
+
+
+def _login(request: Request) -> Reply:
+    user, cookie = common.login(request.pool, request.json(), request.address, request.credentials().session_id)
+    return _json(user.to_dict(), headers={"Set-Cookie": cookie})
+
+
+def _logout(request: Request) -> Reply:
+    cookie = common.logout(request.pool, request.credentials().session_id)
+    return Reply(204, headers={} if cookie is None else {"Set-Cookie": cookie})
+
+
+def _me(request: Request) -> Reply:
+    return _json(common.authenticate(request.pool, request.credentials()).to_dict())
+
+
+def _create_token(request: Request) -> Reply:
+    return _json(common.create_token(request.pool, request.json(), request.address), 201)
+
+
+def _revoke_token(request: Request) -> Reply:
+    common.revoke_token(request.pool, request.credentials())
+    return Reply(204)
+
+
 def _list_notes(request: Request) -> Reply:
-    return _json(common.list_notes(request.pool, request.query))
+    return _json(common.list_notes(request.pool, request.user_id(), request.query))
 
 
 def _create_note(request: Request) -> Reply:
-    note = common.create_note(request.pool, request.json())
+    owner_id = request.user_id()
+    note = common.create_note(request.pool, owner_id, request.json())
     return _json(note, 201, {"Location": common.note_location(note), "ETag": common.note_etag(note)})
 
 
 def _get_note(request: Request) -> Reply:
-    note = common.get_note(request.pool, request.note_id)
+    note = common.get_note(request.pool, request.user_id(), request.note_id)
     return _json(note, headers={"ETag": common.note_etag(note)})
 
 
 def _update(request: Request, *, partial: bool) -> Reply:
+    owner_id = request.user_id()
     note = common.update_note(
-        request.pool, request.note_id, request.json(), request.headers.get("If-Match"), partial=partial
+        request.pool, owner_id, request.note_id, request.json(), request.headers.get("If-Match"), partial=partial
     )
     return _json(note, headers={"ETag": common.note_etag(note)})
 
@@ -132,7 +170,7 @@ def _patch_note(request: Request) -> Reply:
 
 
 def _delete_note(request: Request) -> Reply:
-    common.delete_note(request.pool, request.note_id, request.headers.get("If-Match"))
+    common.delete_note(request.pool, request.user_id(), request.note_id, request.headers.get("If-Match"))
     return Reply(204)
 
 
@@ -143,6 +181,12 @@ _STATIC: dict[str, dict[str, Route]] = {
     "/queries": {"GET": _queries},
     "/fortunes": {"GET": _fortunes},
     "/updates": {"GET": _updates},
+    "/users": {"POST": _register},
+    "/login": {"POST": _login},
+    "/logout": {"POST": _logout},
+    "/me": {"GET": _me},
+    "/tokens": {"POST": _create_token},
+    "/tokens/current": {"DELETE": _revoke_token},
     common.NOTES_PATH: {"GET": _list_notes, "POST": _create_note},
 }
 _NOTE = re.compile(re.escape(common.NOTES_PATH) + "/([0-9]+)")
@@ -197,7 +241,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(target)
         body = self._read_body()  # even for a 404: the next request on the connection starts after it
         route, args = _resolve(self.command, path)
-        return route(Request(self.server.pool, _parse_query(query), self.headers, body, args))
+        request = Request(self.server.pool, _parse_query(query), self.headers, body, args, self.client_address[0])
+        return route(request)
 
     def _read_body(self) -> bytes:
         if "Transfer-Encoding" in self.headers:
