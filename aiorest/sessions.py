@@ -306,10 +306,11 @@ DELETE FROM aiorest_sessions WHERE id IN (
 
 
 class PostgresStore(SessionStore):
-    """Keeps each session in a row of ``aiorest_sessions`` (``id`` is :func:`~aiorest.sessions.stored_id`), its keys a jsonb object.
+    """Keeps each session in a row of ``aiorest_sessions``, its keys a jsonb object.
 
     The table is made by a migration aiorest ships: ``aiorest migrate --dir
-    aiorest:sessions``. The cookie holds the session's random id. A request
+    aiorest:sessions``. The cookie holds the session's random id; the row's
+    ``id`` is its hash (:func:`~aiorest.sessions.stored_id`). A request
     writes only the keys it changed, merged into the row in one statement.
     Expired rows are deleted, ``purge_batch`` at a time, at most every
     ``purge_every`` seconds, by whichever request saves a session then.
