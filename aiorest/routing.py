@@ -85,6 +85,7 @@ class Route:
         "status",
         "headers",
         "middleware",
+        "_given_middleware",
         "signature",
         "call",
         "endpoint",
@@ -123,10 +124,8 @@ class Route:
         self.status = status
         self.headers: Mapping[str, str] | None = MappingProxyType(dict(headers)) if headers else None
         where = f"route {method} {path}"
-        self.middleware = _checked_middleware(middleware, where)
-        for middleware_ in _checked_middleware(getattr(handler, HANDLER_MIDDLEWARE, ()), where):
-            if middleware_ not in self.middleware:  # a route copied from another (Router.include) has it already
-                self.middleware += (middleware_,)
+        self._given_middleware = _checked_middleware(middleware, where)
+        self.middleware = self._given_middleware + _checked_middleware(getattr(handler, HANDLER_MIDDLEWARE, ()), where)
         self.signature: HandlerSignature | None = None
         # an untyped handler is called as it is, until bind() says otherwise
         self.call: Handler = cast(Handler, handler)
@@ -138,8 +137,14 @@ class Route:
         self.signature, self.call = bind(self.handler, self.method, self.path, params, self.status, self.headers)
 
     def options(self, **changed: Any) -> RouteOptions:
-        """The options the route was made with (a Router copies routes with them)."""
-        options = RouteOptions(name=self.name, status=self.status, headers=self.headers, middleware=self.middleware)
+        """The options the route was made with (a Router copies routes with them).
+
+        ``middleware`` is what the route was given: the handler's own comes with the
+        handler, and a copy of the route adds it again, after what it is given.
+        """
+        options = RouteOptions(
+            name=self.name, status=self.status, headers=self.headers, middleware=self._given_middleware
+        )
         options.update(changed)  # type: ignore[typeddict-item]
         return options
 
