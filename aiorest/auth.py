@@ -61,6 +61,7 @@ __all__ = [
     "requires",
     "token_hash",
     "tokens_equal",
+    "unauthorized",
     "verify_password",
 ]
 
@@ -297,8 +298,8 @@ class _Context:
             self.resolved = True
         return self.value
 
-    def unauthorized(self, request: Request) -> HTTPUnauthorized:
-        error = HTTPUnauthorized("authentication required")
+    def unauthorized(self, request: Request, message: str = "authentication required") -> HTTPUnauthorized:
+        error = HTTPUnauthorized(message)
         challenge = self.auth.identity.challenge(request)
         if challenge is not None:
             error.headers["WWW-Authenticate"] = challenge
@@ -339,6 +340,16 @@ def _context(request: Request) -> _Context:
         )
     assert isinstance(context, _Context)
     return context
+
+
+def unauthorized(request: Request, message: str = "authentication required") -> HTTPUnauthorized:
+    """A 401 to raise, with the ``WWW-Authenticate`` challenge of the identity policy around the route.
+
+    What :func:`login_required` raises; a login route raises it for wrong
+    credentials (``unauthorized(request, "wrong username or password")``), so
+    that its 401 tells the client the same ways in as every other.
+    """
+    return _context(request).unauthorized(request, message)
 
 
 async def identity(request: Request) -> Any | None:

@@ -32,6 +32,7 @@ from aiorest.auth import (
     identity,
     login_required,
     token_hash,
+    unauthorized,
     verify_password,
 )
 from aiorest.db import Database
@@ -39,8 +40,6 @@ from aiorest.openapi import raises
 
 router = Router()
 
-# What a 401 of this API says to send: a session cookie, or a bearer token (the identity policies' challenges).
-CHALLENGE = 'Session realm="app", Bearer realm="api"'
 
 Username = Annotated[str, Meta(pattern=r"^[a-z0-9_.-]{3,32}$", description="3 to 32 of a-z, 0-9, '_', '.', '-'")]
 # A password is bounded: argon2 reads all of it, and a megabyte of password is a cheap attack.
@@ -107,12 +106,6 @@ def setup(app: App) -> None:
     app.state.login_limiter = LoginRateLimiter()
 
 
-def _unauthorized(message: str, challenge: str = CHALLENGE) -> HTTPUnauthorized:
-    error = HTTPUnauthorized(message)
-    error.headers["WWW-Authenticate"] = challenge
-    return error
-
-
 async def _authenticate(request: Request, credentials: Credentials) -> User:
     """The user the credentials name, or 401; 429 when over the rate limit (checked before any hash)."""
     limiter: LoginRateLimiter = request.app.state.login_limiter
@@ -124,7 +117,7 @@ async def _authenticate(request: Request, credentials: Credentials) -> User:
     # an unknown user costs a hash all the same (verify_password(None, ...)), so the time tells nothing
     matches = await verify_password(row["password_hash"] if row else None, credentials.password)
     if not matches or row is None:
-        raise _unauthorized("wrong username or password")
+        raise unauthorized(request, "wrong username or password")  # the challenge of Auth's policies
     limiter.reset(credentials.username)
     return User(row["id"], row["username"])
 
@@ -194,4 +187,6 @@ async def revoke_token(request: Request) -> None:
             "DELETE FROM api_tokens WHERE token_hash = %s AND expires_at > now()", (token_hash(token),)
         )
     if not deleted:
-        raise _unauthorized("send the bearer token to revoke", 'Bearer realm="api"')
+        error = HTTPUnauthorized("send the bearer token to revoke")
+        error.headers["WWW-Authenticate"] = 'Bearer realm="api"'  # a session will not do here
+        raise error

@@ -537,6 +537,7 @@ async def exercise_auth_sessions(module: ModuleType, client: Any) -> None:
         assert response.headers["WWW-Authenticate"] == 'Session realm="app", Bearer realm="api", error="invalid_token"'
     async with client.post("/login", json={"password": "nope"}) as response:
         assert response.status == 401
+        assert response.headers["WWW-Authenticate"] == 'Session realm="app", Bearer realm="api"'
     async with client.post("/login", json={"password": "open sesame"}) as response:
         assert response.status == 200
         cookie = response.headers["Set-Cookie"].split(";", 1)[0]

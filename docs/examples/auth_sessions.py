@@ -2,7 +2,7 @@
 
 import os
 
-from aiorest import App, CookieStore, HTTPUnauthorized, Request, Router, SessionMiddleware
+from aiorest import App, CookieStore, Request, Router, SessionMiddleware
 from aiorest.auth import (
     AnyIdentity,
     Auth,
@@ -11,6 +11,7 @@ from aiorest.auth import (
     identity,
     login_required,
     token_hash,
+    unauthorized,
 )
 
 SECRETS = [os.environ.get("SESSION_SECRET", "change-me-to-32-random-bytes-or-more")]
@@ -39,7 +40,7 @@ api = Router(
 async def login(request: Request) -> dict[str, object]:
     credentials = await request.json()
     if credentials.get("password") != "open sesame":  # a real app: await verify_password(stored, password)
-        raise HTTPUnauthorized("wrong name or password")
+        raise unauthorized(request, "wrong name or password")  # with the policies' WWW-Authenticate
     request.session.rotate()  # a new session id at login, against fixation
     request.session["user_id"] = 1
     return USERS[1]
