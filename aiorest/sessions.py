@@ -14,12 +14,14 @@ import hashlib
 import hmac
 import importlib
 import json
+import logging
 import re
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .cookies import SameSite, format_set_cookie
+from .exceptions import HTTPServiceUnavailable
 from .sessiondata import Session
 
 if TYPE_CHECKING:
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
     from .request import Request
     from .response import Response
     from .routing import Handler
+
+logger = logging.getLogger("aiorest.sessions")
 
 __all__ = ["Session", "SessionStore", "SessionMiddleware", "CookieStore", "RedisStore", "PostgresStore", "stored_id"]
 
@@ -230,18 +234,32 @@ class RedisStore(SessionStore):
     ``max_age``) after its last change. Only the keys a request changed are
     written (``HSET``/``HDEL`` in one ``MULTI``), so two requests of one session
     at once keep each other's keys.
+
+    A Redis that refuses the connection, drops it or takes more than ``timeout``
+    seconds (for a client the store makes from a URL; give your own client its
+    own timeouts) fails the request with 503 and ``Retry-After``, and a warning
+    in the log; it never hangs it.
     """
 
-    def __init__(self, redis: Any, *, prefix: str = "aiorest:session:", ttl: int | None = None) -> None:
+    def __init__(
+        self, redis: Any, *, prefix: str = "aiorest:session:", ttl: int | None = None, timeout: float = 2.0
+    ) -> None:
         if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool) or ttl <= 0):
             raise ValueError(f"ttl must be a positive number of seconds, not {ttl!r}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        try:
+            errors = importlib.import_module("redis.exceptions")
+        except ImportError:
+            raise RuntimeError("RedisStore needs redis: pip install 'aiorest[sessions-redis]'") from None
+        # what a Redis that is down, restarting or too slow raises: the request gets a 503, not a 500
+        self._unavailable: tuple[type[BaseException], ...] = (errors.ConnectionError, errors.TimeoutError)
         self._own_client = isinstance(redis, str)
         if isinstance(redis, str):
-            try:
-                module = importlib.import_module("redis.asyncio")
-            except ImportError:
-                raise RuntimeError("RedisStore needs redis: pip install 'aiorest[sessions-redis]'") from None
-            redis = module.from_url(redis)
+            # Bounded: a Redis that stops answering fails the request after ``timeout`` seconds, never hangs it.
+            redis = importlib.import_module("redis.asyncio").from_url(
+                redis, socket_timeout=timeout, socket_connect_timeout=timeout
+            )
         self.redis = redis
         self.prefix = prefix
         self.ttl = ttl
@@ -254,7 +272,10 @@ class RedisStore(SessionStore):
     async def load(self, value: str, max_age: int) -> Session | None:
         if not _ID_RE.match(value):  # not one of our ids: no round trip for it
             return None
-        fields = await self.redis.hgetall(self.prefix + stored_id(value))
+        try:
+            fields = await self.redis.hgetall(self.prefix + stored_id(value))
+        except self._unavailable as exc:
+            raise _store_unavailable(exc) from None
         if not fields:  # expired, deleted or never ours: a new id, not the one the client chose
             return None
         data: dict[str, Any] = {}
@@ -279,11 +300,43 @@ class RedisStore(SessionStore):
             if changed:
                 pipe.hset(key, mapping=changed)
             pipe.expire(key, self.ttl or max_age)
-            await pipe.execute()
+            try:
+                await pipe.execute()
+            except self._unavailable as exc:
+                raise _store_unavailable(exc) from None
         return session.id
 
     async def delete(self, session_id: str) -> None:
-        await self.redis.delete(self.prefix + stored_id(session_id))
+        try:
+            await self.redis.delete(self.prefix + stored_id(session_id))
+        except self._unavailable as exc:
+            raise _store_unavailable(exc) from None
+
+
+class _BurstWarning:
+    """A store that is down warns once every ``every`` seconds, with a count, not once a request."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        self.every = every
+        self.at = -every
+        self.since = 0
+
+    def __call__(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        if now - self.at < self.every:
+            self.since += 1
+            return
+        more = f" ({self.since} more requests since the last warning)" if self.since else ""
+        logger.warning("session store unavailable: %s: %s%s", type(exc).__name__, exc, more)
+        self.at, self.since = now, 0
+
+
+_warn_unavailable = _BurstWarning()
+
+
+def _store_unavailable(exc: BaseException) -> HTTPServiceUnavailable:
+    _warn_unavailable(exc)
+    return HTTPServiceUnavailable("the session store is unavailable", retry_after=1)
 
 
 # -- the data in PostgreSQL -------------------------------------------------------

@@ -84,8 +84,7 @@ def set_cookies(response: Any) -> list[str]:
 
 
 async def client_for(aiorest_client: Any, store: Any, **options: Any) -> Any:
-    # unsafe=True: aiohttp keeps cookies for the IP-address host 127.0.0.1
-    return await aiorest_client(make_app(store, **options), cookie_jar=aiohttp.CookieJar(unsafe=True))
+    return await aiorest_client(make_app(store, **options))  # its jar keeps 127.0.0.1's cookies
 
 
 def forge(payload: dict[str, Any], signature: str = "AAAA") -> str:
@@ -309,6 +308,23 @@ def cookie_of(client: Any) -> str:
     return next(cookie.value for cookie in client.session.cookie_jar if cookie.key == "session")
 
 
+async def test_a_silent_redis_is_a_503_after_the_timeout_never_a_hang(aiorest_client: Any) -> None:
+    silent = socket.socket()  # accepts connections (the backlog does) and never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    store = RedisStore(f"redis://127.0.0.1:{silent.getsockname()[1]}/0", timeout=0.3)
+    try:
+        client = await client_for(aiorest_client, store)
+        started = time.monotonic()
+        async with client.get("/s/get", cookies={"session": "A" * 43}) as response:
+            assert response.status == 503 and response.headers["Retry-After"] == "1"
+            assert (await response.json())["error"]["message"] == "the session store is unavailable"
+        assert time.monotonic() - started < 3
+    finally:
+        await store.close()
+        silent.close()
+
+
 async def test_redis_set_read_and_ttl(aiorest_client: Any, redis_store: RedisStore) -> None:
     client = await client_for(aiorest_client, redis_store, max_age=120)
     async with client.get("/s/untouched", cookies={"session": "x" * 43}) as response:
@@ -392,7 +408,7 @@ async def test_no_cookie_never_reaches_the_store(aiorest_client: Any) -> None:
         async with client.get("/s/get") as response:
             assert response.status == 200 and (await response.json())["data"] == {}
         async with client.get("/s/get", cookies={"session": "x" * 43}) as response:
-            assert response.status == 500  # with a cookie it does go to the (dead) store
+            assert response.status == 503  # with a cookie it does go to the (dead) store: unavailable
     finally:
         await store.close()
 
