@@ -73,11 +73,10 @@ def main(argv: list[str] | None = None) -> None:
 
     from aiorest.cli import main as aiorest_main
 
-    from .app import MIGRATION_DIRS
+    from .app import MIGRATE_ARGS
 
     if args.command in ("migrate", "status"):
-        folders = [arg for directory in MIGRATION_DIRS for arg in ("--dir", directory)]
-        aiorest_main(["migrate", "up" if args.command == "migrate" else "status", *folders])
+        aiorest_main(["migrate", "up" if args.command == "migrate" else "status", *MIGRATE_ARGS])
         return
     print(f"starting on http://{args.host}:{args.port}/  — try /docs, /notes, /db, /fortunes", flush=True)
     # A startup that fails logs why and raises SystemExit(1): the exit status is 1, and

@@ -16,6 +16,8 @@ from .techempower import router as techempower_router
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 #: What the app applies at startup, in order: aiorest's sessions table, then the app's own.
 MIGRATION_DIRS = ("aiorest:sessions", str(MIGRATIONS))
+#: The same as ``aiorest migrate`` arguments: what a tool runs to give a database the app's schema.
+MIGRATE_ARGS = tuple(arg for directory in MIGRATION_DIRS for arg in ("--dir", directory))
 
 
 def create_app(database: Database | None = None) -> App:

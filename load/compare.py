@@ -21,6 +21,7 @@ import psycopg2
 
 from bench.process import postgres_pinned
 from bench.stats import Summary, bar_chart, line_chart, median, paired_ratio, summarise
+from example_app.app import MIGRATE_ARGS
 
 from .generators import FLOWS, GeneratorError, LoadResult, run_locust, run_wrk_mix, wrk_headers, wrk_paths
 from .targets import TARGETS, RunningServer, ServerError
@@ -66,7 +67,7 @@ def check_database(dsn: str | None) -> str:
     root = Path(__file__).resolve().parent.parent
     migrate = subprocess.run(
         # aiorest's sessions table first: the notes API logs users in (the baselines use it too)
-        [sys.executable, "-m", "aiorest", "migrate", "--dir", "aiorest:sessions", "--dir", "migrations", "--dsn", dsn],
+        [sys.executable, "-m", "aiorest", "migrate", *MIGRATE_ARGS, "--dsn", dsn],
         cwd=root,
         capture_output=True,
         text=True,

@@ -36,6 +36,7 @@ import psycopg2
 import pytest
 
 from aiorest.sessions import stored_id
+from example_app.app import MIGRATE_ARGS
 
 ROOT = Path(__file__).resolve().parent.parent
 POOL = "4"  # small: the suite checks answers, not throughput
@@ -47,7 +48,7 @@ COMMANDS = {
 JSON = "application/json"
 IMF_FIXDATE = re.compile(r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT")
 NOTE_KEYS = {"id", "title", "body", "done", "version", "created_at", "updated_at"}
-SCHEMA = ["--dir", "aiorest:sessions", "--dir", "migrations"]  # the sessions table, then the app's
+SCHEMA = list(MIGRATE_ARGS)  # the sessions table, then the app's
 ANONYMOUS = 'Session realm="app", Bearer realm="api"'
 INVALID_TOKEN = 'Session realm="app", Bearer realm="api", error="invalid_token"'
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{43}")

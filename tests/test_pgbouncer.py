@@ -25,6 +25,7 @@ import pytest
 
 from aiorest.db import Database, StatementTimeout, UniqueViolation
 from bench.process import free_port
+from example_app.app import MIGRATE_ARGS
 from load.procs import stop_process
 from load.prod_pooler import database_name, run_pgbouncer
 
@@ -187,7 +188,7 @@ def run_wrk(url: str, seconds: int = 1, script: Path | None = None) -> tuple[int
 
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (.ci/run installs it)")
 def test_the_example_app_behind_pgbouncer_under_load_answers_every_request(pg_server, database_url, tmp_path):
-    migrations = ["--dir", "aiorest:sessions", "--dir", "migrations"]  # the logins' sessions table, the app's own
+    migrations = list(MIGRATE_ARGS)  # the logins' sessions table, the app's own
     subprocess.run(  # migrations go to PostgreSQL itself (docs/deployment.rst says why)
         [sys.executable, "-m", "aiorest", "migrate", *migrations, "--dsn", database_url],
         cwd=ROOT,

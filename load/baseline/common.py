@@ -10,6 +10,7 @@ keeps them: under the SHA-256 of the id), so a session made by one server is goo
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import queue
@@ -232,9 +233,8 @@ _BEARER_RE = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] +([A-Za-z0-9\-._~+/]+=*)")
 _USERNAME_RE = re.compile(r"[a-z0-9_.-]{3,32}")
 
 _hasher = argon2.PasswordHasher()  # argon2id with argon2-cffi's defaults, as aiorest.auth.Passwords
-_dummy_hash = ""  # verified for an unknown user, so that the answer takes as long as for a known one
 _limiter = LoginRateLimiter()  # per account 5 / 60 s, per address 20 / 60 s, in bounded memory
-_lock = threading.Lock()  # the limiter is not thread-safe; the dummy hash is made once
+_lock = threading.Lock()  # the limiter is not thread-safe
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,14 +366,15 @@ def register(pool: Pool, data: Any) -> User:
     return User(*row)
 
 
+@functools.cache
+def _dummy_hash() -> str:
+    """Verified for an unknown user, so that the answer takes as long as for a known one (made once)."""
+    return _hasher.hash("not a password")
+
+
 def _verify(stored: str | None, password: str) -> bool:
-    global _dummy_hash
-    if stored is None:
-        with _lock:
-            if not _dummy_hash:
-                _dummy_hash = _hasher.hash("not a password")
     try:
-        return bool(_hasher.verify(stored or _dummy_hash, password)) and stored is not None
+        return bool(_hasher.verify(stored or _dummy_hash(), password)) and stored is not None
     except (argon2.exceptions.VerificationError, argon2.exceptions.InvalidHashError):
         return False
 
