@@ -8,38 +8,30 @@ Two small pluggable policies, put on routes by the :class:`Auth` middleware:
   (:class:`PermissionsPolicy` reads the identity's set of permissions).
 
 :func:`login_required` and :func:`requires` go under the route decorator and
-refuse with 401 or 403. Passwords (argon2id, off the event loop) and login
-rate limiting are here too. Nothing of this costs a request that does not pass
-through :class:`Auth`.
+refuse with 401 or 403. Passwords (argon2id, off the event loop: ``passwords``)
+and login rate limiting (``ratelimit``) are imported from here too. Nothing of
+this costs a request that does not pass through :class:`Auth`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import re
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from collections.abc import Set as AbstractSet
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from .exceptions import HTTPForbidden, HTTPServiceUnavailable, HTTPTooManyRequests, HTTPUnauthorized
+from .exceptions import HTTPForbidden, HTTPUnauthorized
 from .openapi import SECURED, raises
+from .passwords import Passwords, hash_password, needs_rehash, verify_password
+from .ratelimit import LoginAttempt, LoginRateLimiter, RateLimit
 from .routing import HANDLER_MIDDLEWARE
 
 if TYPE_CHECKING:
     from .request import Request
     from .response import Response
     from .routing import Handler
-
-try:
-    import argon2
-except ImportError:  # an optional dependency: the password functions say so when called
-    argon2 = None  # type: ignore[assignment]
 
 __all__ = [
     "AnyIdentity",
@@ -48,9 +40,11 @@ __all__ = [
     "BearerTokenIdentity",
     "HasPermissions",
     "IdentityPolicy",
+    "LoginAttempt",
     "LoginRateLimiter",
     "Passwords",
     "PermissionsPolicy",
+    "RateLimit",
     "SessionIdentity",
     "bearer_token",
     "hash_password",
@@ -66,7 +60,6 @@ __all__ = [
 ]
 
 _H = TypeVar("_H", bound=Callable[..., Any])
-_T = TypeVar("_T")
 
 # The key of the request's state under which Auth leaves its per-request context.
 _STATE_KEY = "aiorest.auth"
@@ -409,188 +402,3 @@ def requires(*permissions: str) -> Callable[[_H], _H]:
         return _with_middleware(raises(HTTPUnauthorized, HTTPForbidden)(handler), _requires)
 
     return declare
-
-
-# -- passwords --------------------------------------------------------------------------
-
-
-class Passwords:
-    """Argon2id password hashing (argon2-cffi's defaults) run off the event loop.
-
-    Each hash or verification takes tens of milliseconds of CPU, so it runs in
-    a thread pool of this object's own, ``max_in_flight`` threads; up to
-    ``max_waiting`` more calls wait for a thread, and beyond that a call raises
-    :class:`~aiorest.HTTPServiceUnavailable` (503, Retry-After 1) rather than
-    queue without bound. A call counts until its hash is done, even when the
-    caller was cancelled (the client went away): a thread cannot be stopped,
-    so cancelling frees no CPU.
-    """
-
-    def __init__(self, *, max_in_flight: int = 2, max_waiting: int = 64, hasher: Any = None) -> None:
-        if argon2 is None:
-            raise RuntimeError("password hashing needs argon2-cffi: pip install 'aiorest[auth]'")
-        if max_in_flight < 1 or max_waiting < 0:
-            raise ValueError("max_in_flight must be at least 1 and max_waiting at least 0")
-        self.hasher: argon2.PasswordHasher = hasher if hasher is not None else argon2.PasswordHasher()
-        self.max_in_flight = max_in_flight
-        self.max_waiting = max_waiting
-        self._executor: ThreadPoolExecutor | None = None  # started at the first hash
-        self._pending = 0  # submitted and not finished; changed by the threads too, under the lock
-        self._lock = threading.Lock()
-        self._dummy: str | None = None
-
-    def _done(self, _: object) -> None:
-        with self._lock:
-            self._pending -= 1
-
-    async def _run(self, work: Callable[[], _T]) -> _T:
-        with self._lock:
-            if self._pending >= self.max_in_flight + self.max_waiting:
-                raise HTTPServiceUnavailable("too many password checks in progress", retry_after=1)
-            self._pending += 1
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="aiorest-passwords")
-        future = self._executor.submit(work)
-        future.add_done_callback(self._done)
-        return await asyncio.wrap_future(future)
-
-    async def hash(self, password: str) -> str:
-        """The argon2id hash of ``password``, in the PHC string format, to store."""
-        return await self._run(lambda: self.hasher.hash(password))
-
-    async def verify(self, stored: str | None, password: str) -> bool:
-        """Whether ``password`` matches ``stored``; False for a malformed hash, never an exception.
-
-        Pass None for an account that does not exist: a hash is still checked,
-        so the answer takes as long as for a real account.
-        """
-        if stored is None:
-            if self._dummy is None:
-                self._dummy = await self.hash("not a password")
-            stored = self._dummy
-        target = stored
-
-        def check() -> bool:
-            try:
-                return bool(self.hasher.verify(target, password))
-            except (argon2.exceptions.VerificationError, argon2.exceptions.InvalidHashError):
-                return False
-
-        return await self._run(check) and stored is not self._dummy
-
-    def needs_rehash(self, stored: str) -> bool:
-        """Whether ``stored`` was made with other parameters than now (rehash it at the next login).
-
-        A malformed hash needs one too. This is cheap: it only parses the string.
-        """
-        try:
-            return bool(self.hasher.check_needs_rehash(stored))
-        except argon2.exceptions.InvalidHashError:
-            return True
-
-
-_passwords: Passwords | None = None
-
-
-def _default() -> Passwords:
-    global _passwords
-    if _passwords is None:
-        _passwords = Passwords()
-    return _passwords
-
-
-async def hash_password(password: str) -> str:
-    """:meth:`Passwords.hash` with the default limits."""
-    return await _default().hash(password)
-
-
-async def verify_password(stored: str | None, password: str) -> bool:
-    """:meth:`Passwords.verify` with the default limits."""
-    return await _default().verify(stored, password)
-
-
-def needs_rehash(stored: str) -> bool:
-    """:meth:`Passwords.needs_rehash` with the default hasher."""
-    return _default().needs_rehash(stored)
-
-
-# -- login rate limiting ----------------------------------------------------------------
-
-
-def _bounded(key: str) -> str:
-    """A long key by its hash, so that each entry's size is bounded whatever the client sends."""
-    return key if len(key) <= _MAX_KEY else "sha256:" + token_hash(key)
-
-
-_MAX_KEY = 64
-
-
-class _Windows:
-    """Fixed-window counters by key, in an LRU of at most ``max_entries``."""
-
-    def __init__(self, limit: int, window: float, max_entries: int) -> None:
-        if limit < 1 or window <= 0 or max_entries < 1:
-            raise ValueError("a rate limit needs a positive count, window and max_entries")
-        self.limit = limit
-        self.window = window
-        self.max_entries = max_entries
-        self.counters: OrderedDict[str, list[float]] = OrderedDict()  # key: [window start, count]
-
-    def hit(self, key: str, now: float) -> float | None:
-        """Count an attempt; the seconds until the window ends if it is over the limit."""
-        key = _bounded(key)
-        counter = self.counters.get(key)
-        if counter is None or now - counter[0] >= self.window:
-            counter = [now, 0]
-            self.counters[key] = counter
-        self.counters.move_to_end(key)
-        while len(self.counters) > self.max_entries:
-            self.counters.popitem(last=False)
-        counter[1] += 1
-        if counter[1] > self.limit:
-            return counter[0] + self.window - now
-        return None
-
-
-class LoginRateLimiter:
-    """Counts login attempts per account and per client address, in bounded memory.
-
-    ``per_account`` and ``per_address`` are ``(attempts, seconds)``: more than
-    that many attempts in a fixed window of that many seconds raise
-    :class:`~aiorest.HTTPTooManyRequests` with ``Retry-After`` until the window
-    ends. Each table keeps at most ``max_entries`` keys and forgets the least
-    recently used beyond that. Forgetting a key resets its count, so an attacker
-    who makes more than ``max_entries`` distinct attempts between two of theirs
-    gets a fresh count; the per-address limit makes that costly for one
-    address (it needs ``max_entries / per_address[0]`` windows), which is why
-    both limits are on.
-    """
-
-    def __init__(
-        self,
-        *,
-        per_account: tuple[int, float] = (5, 60.0),
-        per_address: tuple[int, float] = (20, 60.0),
-        max_entries: int = 10_000,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.accounts = _Windows(*per_account, max_entries)
-        self.addresses = _Windows(*per_address, max_entries)
-        self.clock = clock
-
-    def check(self, account: str, address: str | None) -> None:
-        """Count an attempt to log in to ``account`` from ``address``; 429 if over a limit.
-
-        Call it before checking the password, so a refused attempt costs no hash.
-        """
-        now = self.clock()
-        waits = [self.accounts.hit(account, now)]
-        if address is not None:
-            waits.append(self.addresses.hit(address, now))
-        wait = max((w for w in waits if w is not None), default=None)
-        if wait is not None:
-            raise HTTPTooManyRequests("too many login attempts", retry_after=max(1, int(wait + 0.999)))
-
-    def reset(self, account: str) -> None:
-        """Forget the account's count, after a successful login."""
-        self.accounts.counters.pop(_bounded(account), None)

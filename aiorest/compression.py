@@ -16,7 +16,7 @@ from .datastructures import raw_header
 from .exceptions import HTTPBadRequest, HTTPPayloadTooLarge, HTTPUnsupportedMediaType
 from .limits import Limits
 from .request import Request
-from .response import Response, StreamResponse
+from .response import Response, StreamResponse, add_vary
 from .routing import Handler
 
 _brotli: Any
@@ -234,7 +234,7 @@ class Compression:
             content_type = headers.get("content-type")  # a handler may set it as a header
             if content_type is not None and not compressible(content_type):
                 return response
-        _add_vary(response)
+        add_vary(response.headers, "Accept-Encoding")
         if request.method == "HEAD" or raw_header(request._raw_headers, b"range") is not None:
             return response
         accept = raw_header(request._raw_headers, b"accept-encoding")
@@ -285,17 +285,6 @@ def _with_body(response: Response, body: bytes | bytearray | memoryview) -> Resp
     plain._media_type = response._media_type
     plain._headers = response._headers
     return plain
-
-
-def _add_vary(response: Response) -> None:
-    headers = response.headers
-    vary = headers.get("vary")
-    if vary is None:
-        headers["Vary"] = "Accept-Encoding"
-        return
-    names = {name.strip().lower() for name in vary.split(",")}
-    if "accept-encoding" not in names and "*" not in names:
-        headers["Vary"] = f"{vary}, Accept-Encoding"
 
 
 class _Decompressor(Protocol):

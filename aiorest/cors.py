@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .datastructures import _TCHAR, check_header_value, raw_header
 from .exceptions import HTTPBadRequest, HTTPError, HTTPForbidden
-from .response import Response
+from .response import Response, add_vary
 
 if TYPE_CHECKING:
     from .request import Request
@@ -39,7 +39,6 @@ _ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://(?:[a-z0-9._~!$&'()*+,;=%-]+|\[[0-9a-
 _ANSWER_NAMES = frozenset(
     {"access-control-allow-origin", "access-control-allow-credentials", "access-control-expose-headers"}
 )
-_VARY_ORIGIN = ("vary", "Vary", "Origin")
 _NORMALISED = frozenset({"DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT"})
 # The preflight's answer depends on these request headers.
 _PREFLIGHT_VARY = "Origin, Access-Control-Request-Method, Access-Control-Request-Headers"
@@ -136,7 +135,7 @@ class CORS:
             if allowed:
                 exc.headers.update(self._allowed(origin))
             if self.varies:
-                exc.headers["Vary"] = _joined(exc.headers.get("Vary"), "Origin")
+                add_vary(exc.headers, "Origin")
             raise
         if allowed:
             headers = response.headers
@@ -184,7 +183,7 @@ class CORS:
     def _vary(self, response: Response) -> Response:
         # A cache must not give this answer without CORS headers to a cross-origin request.
         if self.varies:
-            response.headers._list.append(_VARY_ORIGIN)
+            add_vary(response.headers, "Origin")
         return response
 
     def __repr__(self) -> str:
@@ -231,7 +230,3 @@ def _request_headers(values: list[str]) -> list[str]:
         if not _TCHAR.issuperset(name):
             raise HTTPBadRequest(f"malformed Access-Control-Request-Headers: {name[:64]!r}")
     return list(dict.fromkeys(names))
-
-
-def _joined(vary: str | None, name: str) -> str:
-    return name if not vary else f"{vary}, {name}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Mapping
+from collections.abc import AsyncIterable, Mapping, MutableMapping
 from datetime import datetime
 from typing import Any
 
@@ -11,7 +11,7 @@ from .datastructures import Headers, check_header_value
 from .exceptions import HTTPError
 from .jsoncodec import JSONCodec
 
-__all__ = ["Response", "JSONResponse", "StreamResponse", "to_response", "error_response"]
+__all__ = ["Response", "JSONResponse", "StreamResponse", "add_vary", "to_response", "error_response"]
 
 
 class Response:
@@ -229,3 +229,25 @@ def to_response(result: Any) -> Response:
 def error_response(exc: HTTPError) -> JSONResponse:
     """The JSON response for an HTTPError."""
     return JSONResponse(exc.to_dict(), status=exc.status, headers=exc.headers or None)
+
+
+def add_vary(headers: Headers | MutableMapping[str, str], *names: str) -> None:
+    """Add ``names`` to the ``Vary`` of a response's ``headers`` (or an :class:`HTTPError`'s).
+
+    Every writer of ``Vary`` goes through here, so that none drops another's
+    tokens whatever their order: the field names already there are kept (from
+    every ``Vary`` field, in their order), a name is added only if it is not
+    there in any case, and the result is one ``Vary`` field. ``*`` (the answer
+    varies on more than headers) absorbs everything: it stays ``*`` alone.
+    """
+    if isinstance(headers, Headers):
+        values = headers.getall("Vary")
+    else:  # HTTPError.headers: one value a name, in whatever case it was given
+        values = [value for key, value in headers.items() if key.lower() == "vary"]
+    tokens: dict[str, str] = {}  # lower case -> as first written
+    for name in (*(part.strip() for value in values for part in value.split(",")), *names):
+        if name:
+            tokens.setdefault(name.lower(), name)
+    merged = "*" if "*" in tokens else ", ".join(tokens.values())
+    if values != [merged]:
+        headers["Vary"] = merged

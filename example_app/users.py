@@ -10,6 +10,9 @@ Passwords are hashed with argon2id (argon2-cffi's default parameters, through
 SHA-256 is stored, so a leaked table gives no usable token. Logging in (by
 session or token) is rate-limited per account and per client address, before
 any hash is checked; an unknown username costs the same hash as a wrong password.
+Registering is rate-limited per client address, and a taken name is refused
+before its password is hashed. Registrations hash in a lane of the hashing pool
+of their own, so that a flood of them never makes a login wait or fail.
 """
 
 from __future__ import annotations
@@ -20,20 +23,28 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct
 
-from aiorest import App, HTTPConflict, HTTPTooManyRequests, HTTPUnauthorized, Request, Router
+from aiorest import (
+    App,
+    HTTPConflict,
+    HTTPServiceUnavailable,
+    HTTPTooManyRequests,
+    HTTPUnauthorized,
+    Request,
+    Router,
+)
 from aiorest.auth import (
     AnyIdentity,
     Auth,
     BearerTokenIdentity,
     LoginRateLimiter,
+    Passwords,
+    RateLimit,
     SessionIdentity,
     bearer_token,
-    hash_password,
     identity,
     login_required,
     token_hash,
     unauthorized,
-    verify_password,
 )
 from aiorest.db import Database
 from aiorest.openapi import raises
@@ -101,21 +112,34 @@ def _db(request: Request) -> Database:
 
 
 def setup(app: App) -> None:
-    """The login rate limiter, per process, in bounded memory: per account 5 and per
-    client address 20 attempts a minute, right or wrong."""
+    """The limits, per process, in bounded memory: logins per account 5 and per client
+    address 20 attempts a minute, right or wrong; registrations 10 a minute per address;
+    password hashing in :class:`Passwords`' lanes (2 at once, a registration 1 of them)."""
     app.state.login_limiter = LoginRateLimiter()
+    app.state.registration_limiter = RateLimit(10, 60.0, message="too many registrations")
+    app.state.passwords = Passwords()
+
+
+def _address(request: Request) -> str:
+    """The client's address; a request without one (a unix socket, no trusted proxy) counts as one client."""
+    client = request.client
+    return client[0] if client else "unknown"
 
 
 async def _authenticate(request: Request, credentials: Credentials) -> User:
-    """The user the credentials name, or 401; 429 when over the rate limit (checked before any hash)."""
+    """The user the credentials name, or 401; 429 when over the rate limit (checked before any hash).
+
+    A 503 (the hashing pool's lane or the database was full: no password was
+    checked) is taken back from the counts: it is no failed login.
+    """
     limiter: LoginRateLimiter = request.app.state.login_limiter
-    client = request.client
-    limiter.check(credentials.username, client[0] if client else None)
-    row = await _db(request).fetchone(
-        "SELECT id, username, password_hash FROM users WHERE username = %s", (credentials.username,)
-    )
-    # an unknown user costs a hash all the same (verify_password(None, ...)), so the time tells nothing
-    matches = await verify_password(row["password_hash"] if row else None, credentials.password)
+    passwords: Passwords = request.app.state.passwords
+    with limiter.check(credentials.username, _address(request)):
+        row = await _db(request).fetchone(
+            "SELECT id, username, password_hash FROM users WHERE username = %s", (credentials.username,)
+        )
+        # an unknown user costs a hash all the same (verify(None, ...)), so the time tells nothing
+        matches = await passwords.verify(row["password_hash"] if row else None, credentials.password)
     if not matches or row is None:
         raise unauthorized(request, "wrong username or password")  # the challenge of Auth's policies
     limiter.reset(credentials.username)
@@ -123,11 +147,18 @@ async def _authenticate(request: Request, credentials: Credentials) -> User:
 
 
 @router.post("/users", status=201)
-@raises(HTTPConflict)
+@raises(HTTPConflict, HTTPTooManyRequests, HTTPServiceUnavailable)
 async def register(request: Request, new: NewUser) -> User:
-    """Register a user (this does not log in): 409 when the username is taken."""
-    password_hash = await hash_password(new.password)
-    row = await _db(request).fetchone(
+    """Register a user (this does not log in): 409 when the username is taken, 429 past
+    10 registrations a minute from the client's address."""
+    limiter: RateLimit = request.app.state.registration_limiter
+    limiter.hit(_address(request))
+    db = _db(request)
+    if await db.fetchval("SELECT 1 FROM users WHERE username = %s", (new.username,)):
+        raise HTTPConflict("that username is taken")  # before the hash: a taken name costs no CPU
+    passwords: Passwords = request.app.state.passwords
+    password_hash = await passwords.hash(new.password)
+    row = await db.fetchone(
         "INSERT INTO users (username, password_hash) VALUES (%s, %s) ON CONFLICT (username) DO NOTHING"
         " RETURNING id, username",
         (new.username, password_hash),
@@ -138,7 +169,7 @@ async def register(request: Request, new: NewUser) -> User:
 
 
 @router.post("/login")
-@raises(HTTPUnauthorized, HTTPTooManyRequests)
+@raises(HTTPUnauthorized, HTTPTooManyRequests, HTTPServiceUnavailable)
 async def login(request: Request, credentials: Credentials) -> User:
     """Log in: a new session cookie (the session id changes at login, against fixation)."""
     user = await _authenticate(request, credentials)
@@ -163,7 +194,7 @@ async def me(request: Request) -> User:
 
 
 @router.post("/tokens", status=201)
-@raises(HTTPUnauthorized, HTTPTooManyRequests)
+@raises(HTTPUnauthorized, HTTPTooManyRequests, HTTPServiceUnavailable)
 async def create_token(request: Request, credentials: Credentials) -> Token:
     """A bearer token for an API client, valid 30 days; the same credentials and limits as ``/login``."""
     user = await _authenticate(request, credentials)

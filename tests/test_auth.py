@@ -16,6 +16,7 @@ from aiorest.auth import (
     BearerTokenIdentity,
     LoginRateLimiter,
     Passwords,
+    RateLimit,
     hash_password,
     identity,
     login_required,
@@ -327,6 +328,29 @@ async def test_a_cancelled_hash_holds_its_thread_until_done() -> None:
         pytest.fail("the cancelled hash never gave its thread back")
 
 
+async def test_hashes_have_a_lane_of_their_own_that_verifications_keep_their_share_of() -> None:
+    # issue 27: registrations filled the shared pool, and every login answered 503
+    passwords = Passwords(max_in_flight=2, max_waiting=4, hash_in_flight=1, hash_waiting=2)
+    stored = await passwords.hash("pw")
+    finished: list[str] = []
+
+    async def run(kind: str, call: Any) -> Any:
+        try:
+            return await call
+        finally:
+            finished.append(kind)
+
+    hashes = [asyncio.ensure_future(run("hash", passwords.hash("pw"))) for _ in range(10)]
+    await asyncio.sleep(0.01)  # the hashes are in their lane
+    verified = await asyncio.gather(*(run("verify", passwords.verify(stored, "pw")) for _ in range(4)))
+    assert verified == [True] * 4  # none refused, none waiting behind the hashes
+    results = await asyncio.gather(*hashes, return_exceptions=True)
+    assert sum(isinstance(r, HTTPServiceUnavailable) for r in results) == 7  # 1 at work, 2 waiting
+    assert finished.index("verify") < max(i for i, kind in enumerate(finished) if kind == "hash")
+    with pytest.raises(ValueError):
+        Passwords(max_in_flight=2, hash_in_flight=3)
+
+
 # -- login rate limiting --------------------------------------------------------------
 
 
@@ -372,22 +396,83 @@ def test_reset_on_success() -> None:
         limiter.check("ada", "10.0.0.1")
 
 
-def test_memory_is_bounded_by_max_entries() -> None:
-    limiter = LoginRateLimiter(per_account=(1, 60), per_address=(10**6, 60), max_entries=100, clock=Clock())
+def test_memory_is_bounded_and_a_counted_key_is_never_forgotten_in_its_window() -> None:
+    clock = Clock()
+    limiter = LoginRateLimiter(per_account=(1, 60), per_address=(10**6, 60), max_entries=100, clock=clock)
     limiter.check("victim", "10.0.0.1")
+    for i in range(99):
+        limiter.check(f"junk{i}", f"10.1.0.{i}")
+    assert len(limiter.accounts) == 100
+    clock.now += 15
+    with pytest.raises(HTTPServiceUnavailable) as full:  # full of keys in their window: a new one waits
+        limiter.check("junk-more", "10.1.1.1")
+    assert full.value.headers["Retry-After"] == "45"  # until the oldest window ends
+    assert len(limiter.accounts) == 100 and len(limiter.addresses) == 100  # the refused attempt counted nowhere
+    with pytest.raises(HTTPTooManyRequests):
+        limiter.check("victim", "10.0.0.1")  # still counted
+    clock.now += 45  # every window has ended: their keys make room
+    limiter.check("junk-more", "10.1.1.1")
+    assert len(limiter.accounts) <= 100
+
+
+def test_a_refused_address_wears_down_no_account_s_count() -> None:
+    # issue 27: attempts from an address already refused still filled the accounts' table,
+    # and pushed out the count of the account another address was guessing at
+    limiter = LoginRateLimiter(per_account=(2, 60), per_address=(3, 60), max_entries=50, clock=Clock())
+    limiter.check("victim", "10.0.0.1")
+    limiter.check("victim", "10.0.0.1")
+    for i in range(3):
+        limiter.check(f"spray{i}", "10.0.0.2")
+    for i in range(1000):
+        with pytest.raises(HTTPTooManyRequests):
+            limiter.check(f"spray-more{i}", "10.0.0.2")
+    assert len(limiter.accounts) == 4
     with pytest.raises(HTTPTooManyRequests):
         limiter.check("victim", "10.0.0.1")
-    for i in range(1000):
-        limiter.check(f"junk{i}", f"10.1.{i // 256}.{i % 256}")
-    assert len(limiter.accounts.counters) == 100 and len(limiter.addresses.counters) == 100
-    limiter.check("victim", "10.0.0.1")  # evicted: its count started again, as documented
 
 
-def test_long_keys_are_kept_by_their_hash() -> None:
+def test_an_attempt_that_checked_no_password_is_taken_back() -> None:
+    limiter = LoginRateLimiter(per_account=(2, 60), per_address=(100, 60), clock=Clock())
+    for _ in range(5):
+        with pytest.raises(HTTPServiceUnavailable), limiter.check("ada", "10.0.0.1"):
+            raise HTTPServiceUnavailable("the hashing pool is full", retry_after=1)
+    with limiter.check("ada", "10.0.0.1"):
+        pass  # a wrong password, say: counted
+    attempt = limiter.check("ada", "10.0.0.1")
+    attempt.refund()
+    attempt.refund()  # once only
+    limiter.check("ada", "10.0.0.1")
+    with pytest.raises(HTTPTooManyRequests):
+        limiter.check("ada", "10.0.0.1")
+
+
+def test_rate_limit_counts_refunds_and_resets_by_key() -> None:
+    clock = Clock()
+    limit = RateLimit(2, 10, max_entries=2, message="slow down", clock=clock)
+    limit.hit("a")
+    receipt = limit.hit("a")
+    with pytest.raises(HTTPTooManyRequests) as refused:
+        limit.hit("a")
+    assert refused.value.message == "slow down" and refused.value.headers["Retry-After"] == "10"
+    limit.refund("a", receipt)
+    limit.hit("a")
+    limit.reset("a")
+    limit.hit("a")
+    clock.now += 10
+    old = limit.hit("a")  # a new window
+    limit.refund("b", old)  # another key's receipt: nothing
+    limit.hit("b")
+    with pytest.raises(HTTPServiceUnavailable):
+        limit.hit("c")
+    with pytest.raises(ValueError):
+        RateLimit(1, 10, max_entries=0)
+
+
+def test_long_keys_are_counted_by_the_whole_key() -> None:
     limiter = LoginRateLimiter(per_account=(1, 60), clock=Clock())
     name = "x" * 100_000
     limiter.check(name, "10.0.0.1")
-    assert max(len(key) for key in limiter.accounts.counters) < 100
+    limiter.check(name + "y", "10.0.0.1")  # the same first 64 characters, another account
     with pytest.raises(HTTPTooManyRequests):
         limiter.check(name, "10.0.0.2")
     limiter.reset(name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import shutil
 import subprocess
@@ -12,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from aiorest import CORS, App, HTTPConflict, Request, Router
+from aiorest import CORS, App, Compression, CookieStore, HTTPConflict, Request, Response, Router, SessionMiddleware
+from aiorest.datastructures import Headers
+from aiorest.response import add_vary
 from aiorest.testing import TestClient
 
 Client = Callable[..., Awaitable[TestClient]]
@@ -338,3 +341,70 @@ async def _dump_dom(url: str) -> str:
                 process.kill()
                 await process.wait()
     return out.decode()
+
+
+# -- Vary, whatever writes it and in whatever order ---------------------------------------
+
+SECRET = "s" * 32
+MIDDLEWARE: dict[str, Callable[[], Any]] = {
+    "compression": lambda: Compression(minimum_size=100),
+    "cors": lambda: CORS([SITE], allow_credentials=True),
+    "sessions": lambda: SessionMiddleware(CookieStore([SECRET])),
+}
+
+
+def vary_tokens(response: Any) -> list[str]:
+    return [token.strip() for value in response.headers.getall("Vary", []) for token in value.split(",")]
+
+
+@pytest.mark.parametrize("own", [None, "Cookie", "accept-encoding, X-Tenant", "*"], ids=str)
+@pytest.mark.parametrize("order", list(itertools.permutations(MIDDLEWARE)), ids="-".join)
+async def test_every_writer_adds_to_vary_in_any_order(aiorest_client: Client, order: tuple[str, ...], own: Any) -> None:
+    app = App()
+    group = Router(middleware=[MIDDLEWARE[name]() for name in order])
+
+    @group.get("/page")
+    async def page(request: Request) -> Response:
+        request.session["seen"] = request.session.get("seen", 0) + 1
+        return Response("words " * 200, headers={"Vary": own} if own else None)
+
+    app.include(group)
+    client = await aiorest_client(app)
+    headers = {"Origin": SITE, "Accept-Encoding": "gzip"}
+    async with client.get("/page", headers=headers, auto_decompress=False) as response:
+        assert response.status == 200
+        assert response.headers["Access-Control-Allow-Origin"] == SITE
+        assert response.headers["Content-Encoding"] == "gzip" and "Set-Cookie" in response.headers
+        tokens = vary_tokens(response)
+    if own == "*":
+        assert tokens == ["*"]
+        return
+    expected = {"origin", "accept-encoding", *(token.strip().lower() for token in (own or "").split(",") if token)}
+    assert len(tokens) == len({token.lower() for token in tokens}), tokens  # no name twice
+    assert {token.lower() for token in tokens} == expected, tokens
+
+
+async def test_an_error_s_vary_keeps_its_names_in_any_case(aiorest_client: Client) -> None:
+    app = App(middleware=[CORS([SITE])])
+
+    @app.get("/conflict")
+    async def conflict(request: Request) -> None:
+        raise HTTPConflict("taken", headers={"vary": "Accept"})  # lower case: still the same field
+
+    client = await aiorest_client(app)
+    async with client.get("/conflict", headers={"Origin": SITE}) as response:
+        assert response.status == 409 and response.headers.getall("Vary") == ["Accept, Origin"]
+
+
+def test_add_vary_merges_names_once_and_star_absorbs_them() -> None:
+    headers = Headers([("Vary", "Cookie"), ("vary", "origin, cookie")])
+    add_vary(headers, "Origin", "Accept-Encoding")
+    assert headers.getall("Vary") == ["Cookie, origin, Accept-Encoding"]
+    add_vary(headers, "ACCEPT-ENCODING")
+    assert headers.getall("Vary") == ["Cookie, origin, Accept-Encoding"]
+    star = Headers({"Vary": "Cookie, *"})
+    add_vary(star, "Origin")
+    assert star.getall("Vary") == ["*"]
+    empty = Headers()
+    add_vary(empty, "Origin")
+    assert empty.items() == [("Vary", "Origin")]

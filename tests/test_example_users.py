@@ -9,7 +9,7 @@ import time
 import aiohttp
 import pytest
 
-from aiorest.auth import token_hash
+from aiorest.auth import LoginRateLimiter, Passwords, token_hash
 from aiorest.db import Database
 from aiorest.sessions import stored_id
 from example_app import create_app
@@ -284,3 +284,77 @@ async def test_openapi_says_which_routes_need_credentials(client):
     assert "security" not in document["paths"]["/login"]["post"]
     assert "security" not in document["paths"]["/db"]["get"]
     assert {"401", "429", "422"} <= set(document["paths"]["/login"]["post"]["responses"])
+
+
+def from_address(client, address: str) -> aiohttp.ClientSession:
+    """A client whose connections come from ``address`` (any 127.x.y.z is the loopback)."""
+    return aiohttp.ClientSession(base_url=client.url, connector=aiohttp.TCPConnector(local_addr=(address, 0), limit=0))
+
+
+async def statuses_of(session: aiohttp.ClientSession, path: str, bodies: list[dict]) -> list[int]:
+    async def send(body: dict) -> int:
+        async with session.post(path, json=body) as response:
+            return response.status
+
+    return list(await asyncio.gather(*(send(body) for body in bodies)))
+
+
+async def test_a_refused_address_cannot_wear_down_another_account_s_count(client, app):
+    # issue 27: each attempt from an address already refused still took a place in the accounts'
+    # table, and enough of them pushed out the count of the account another address was guessing
+    app.state.login_limiter = LoginRateLimiter(per_account=(2, 60), per_address=(3, 60), max_entries=50)
+    victim = username()
+    await register(client, victim)
+    wrong = {"username": victim, "password": "wrong password"}
+    async with from_address(client, "127.0.0.2") as guesser, from_address(client, "127.0.0.3") as sprayer:
+        assert await statuses_of(guesser, "/login", [wrong]) == [401]
+        assert await statuses_of(guesser, "/login", [wrong]) == [401]
+        sprayed = [{"username": f"spray-{i}", "password": "x"} for i in range(100)]
+        assert await statuses_of(sprayer, "/login", sprayed[:3]) == [401] * 3
+        assert set(await statuses_of(sprayer, "/login", sprayed[3:])) == {429}
+        assert await statuses_of(guesser, "/login", [wrong]) == [429]  # still counted
+
+
+async def test_a_registration_flood_leaves_logins_working(client):
+    # issue 27: 70 registrations of a taken name with long passwords from one address filled the
+    # hashing pool; every login answered 503, and those 503s counted against the account (429)
+    name = username()
+    await register(client, name)
+    taken = {"username": name, "password": "p" * 1024}
+    async with from_address(client, "127.0.0.2") as flooder:
+        flood = asyncio.ensure_future(statuses_of(flooder, "/users", [taken] * 70))
+        await asyncio.sleep(0.3)  # the flood is being served
+        logins = [
+            await statuses_of(client.session, "/login", [{"username": name, "password": PASSWORD}]) for _ in range(6)
+        ]
+        registrations = await flood
+    assert logins == [[200]] * 6  # not 503, and not 429: six logins, over the limit of 5 failures
+    # 10 a minute from one address, each refused before any hash: the name is taken
+    assert sorted(registrations) == [409] * 10 + [429] * 60
+
+
+async def test_registrations_hash_in_their_own_lane_and_a_full_lane_counts_against_no_login(client, app):
+    app.state.passwords = Passwords(max_in_flight=2, max_waiting=8, hash_in_flight=1, hash_waiting=2)
+    name = username()
+    await register(client, name)
+    sessions = [from_address(client, f"127.0.1.{i}") for i in range(1, 13)]
+    try:  # a registration each from 12 addresses: under the per-address limit, over the hashes' lane
+        new = [{"username": username(), "password": PASSWORD} for _ in sessions]
+        flood = asyncio.gather(*(statuses_of(s, "/users", [body]) for s, body in zip(sessions, new, strict=True)))
+        logins = [
+            await statuses_of(client.session, "/login", [{"username": name, "password": PASSWORD}]) for _ in range(3)
+        ]
+        registrations = [status for [status] in await flood]
+    finally:
+        await asyncio.gather(*(s.close() for s in sessions))
+    assert logins == [[200]] * 3
+    assert set(registrations) <= {201, 503} and 503 in registrations and 201 in registrations
+    # a login refused because its lane is full checked no password: it is not a failed attempt
+    app.state.passwords = Passwords(max_in_flight=1, max_waiting=0)
+    wrong = {"username": name, "password": "wrong password"}
+    burst = await statuses_of(client.session, "/login", [wrong] * 6)
+    assert set(burst) <= {401, 503} and 503 in burst
+    more = []
+    while not more or more[-1] == 401:
+        more += await statuses_of(client.session, "/login", [wrong])
+    assert burst.count(401) + more.count(401) == 5 and more[-1] == 429

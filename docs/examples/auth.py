@@ -47,9 +47,10 @@ async def login(request: Request) -> dict[str, str]:
     body = await request.json()
     name, password = str(body.get("name", "")), str(body.get("password", ""))
     client = request.client
-    limiter.check(name, client[0] if client else None)  # 429 before any hash is computed
     user = USERS.get(name)
-    if not await verify_password(user.password_hash if user else None, password) or user is None:
+    with limiter.check(name, client[0] if client else None):  # 429 before any hash is computed
+        matches = await verify_password(user.password_hash if user else None, password)  # a 503 is taken back
+    if not matches or user is None:
         raise HTTPUnauthorized("wrong name or password")
     limiter.reset(name)
     if needs_rehash(user.password_hash):
