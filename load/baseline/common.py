@@ -32,7 +32,7 @@ import psycopg2.errors
 import psycopg2.extensions
 
 from aiorest.auth import LoginRateLimiter, token_hash
-from aiorest.exceptions import HTTPTooManyRequests
+from aiorest.exceptions import HTTPError
 from aiorest.sessions import stored_id
 
 JSON_TYPE = "application/json"
@@ -389,8 +389,8 @@ def _check_password(pool: Pool, data: Any, address: str | None) -> User:
     try:
         with _lock:
             _limiter.check(username, address)
-    except HTTPTooManyRequests as exc:
-        raise ApiError(429, "too many login attempts", headers={"Retry-After": exc.headers["Retry-After"]}) from None
+    except HTTPError as exc:  # 429 over a limit, or 503 while the limiter's table is full of live counts
+        raise ApiError(exc.status, exc.message, headers={"Retry-After": exc.headers["Retry-After"]}) from None
     with pool.cursor() as cur:
         cur.execute("SELECT id, password_hash FROM users WHERE username = %s", (username,))
         row = cur.fetchone()
