@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, cast
 from urllib.parse import quote
 
-from .convertors import DEFAULT_CONVERTORS, Convertor
+from .convertors import DEFAULT_CONVERTORS, Convertor, route_regex
 from .datastructures import _check_header
 from .exceptions import HTTPMethodNotAllowed, HTTPNotFound
 from .response import _checked_status
@@ -296,7 +296,7 @@ def _compile(template: str, convertors: Mapping[str, Convertor]) -> _PathEntry:
         except KeyError:
             raise ValueError(f"unknown converter {conv_name!r} in route path {template!r}") from None
         regex.append(re.escape(literal))
-        regex.append(f"({conv.regex})")
+        regex.append(f"({route_regex(conv_name, conv)})")
         pieces.append(literal)
         pieces.append((name, conv))
         params.append((name, conv))
