@@ -23,7 +23,8 @@ from aiorest import (
     Response,
     Router,
 )
-from aiorest.typed import HandlerSignature, TypedEndpoint
+from aiorest.binding import TypedEndpoint
+from aiorest.typed import HandlerSignature
 
 
 class Item(msgspec.Struct):
