@@ -61,6 +61,7 @@ class TypedEndpoint:
         "_cookies",
         "_body",
         "_body_required",
+        "_strict_content_type",
         "_decoder",
         "_encoder",
         "_status",
@@ -81,6 +82,7 @@ class TypedEndpoint:
         cookies: list[_Spec] = []
         self._body: str | None = None
         self._body_required = True
+        self._strict_content_type = signature.strict_content_type
         self._decoder: msgspec.json.Decoder[Any] | None = None
         for param in signature.parameters:
             if param.source == "path":
@@ -123,9 +125,14 @@ class TypedEndpoint:
             errors = _bind(request.query, self._query, kwargs, errors)
         for name, cls, specs, required in self._gathered:
             values: dict[str, Any] = {}
-            errors = _bind(request.query, specs, values, errors)
-            if values or required:
-                kwargs[name] = cls(**values)
+            found = _bind(request.query, specs, values, None)
+            if found is not None:
+                errors = found if errors is None else errors + found
+            elif values or required:
+                try:
+                    kwargs[name] = cls(**values)
+                except (TypeError, ValueError) as exc:  # its __post_init__ refused: as msgspec treats a body
+                    errors = _add(errors, {"location": "query", "message": str(exc)})
         if self._headers:
             errors = _bind(request.headers, self._headers, kwargs, errors)
         if self._cookies:
@@ -149,24 +156,32 @@ class TypedEndpoint:
         return response
 
     async def _read_body(self, request: Request, kwargs: dict[str, Any]) -> list[dict[str, str]] | None:
-
         content_type = request.content_type
-        if content_type and content_type != _JSON and not content_type.endswith("+json"):
-            if not self._body_required and not await request.read():
-                return None  # an optional body left out (some clients still send a type)
-            raise HTTPUnsupportedMediaType(f"expected a JSON body (application/json), got {content_type}")
-        body = await request.read()
+        if content_type == _JSON or content_type.endswith("+json") or not (content_type or self._strict_content_type):
+            body = await request.read()
+        else:
+            # Another type, or none: a browser sends either cross-site with no CORS
+            # preflight. Only an empty body goes on, to the default or to "body is empty".
+            if content_type and self._body_required:
+                raise _unsupported(content_type)
+            body = await request.read()
+            if body:
+                raise _unsupported(content_type)
         if not body:
             if self._body_required:
-                raise HTTPBadRequest("request body is empty; expected JSON")
+                raise _bad_body("request body is empty; expected JSON")
             return None  # the parameter's default
         assert self._decoder is not None and self._body is not None
         try:
+            if not body.isascii():
+                body.decode()  # msgspec checks only the strings it keeps: JSON is UTF-8 throughout
             kwargs[self._body] = self._decoder.decode(body)
         except msgspec.ValidationError as exc:
             return [_problem("body", str(exc))]
-        except msgspec.DecodeError as exc:
-            raise HTTPBadRequest(f"request body is not valid JSON: {exc}") from None
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            raise _bad_body(f"request body is not valid JSON: {exc}") from None
+        except RecursionError:  # msgspec's depth is bounded by Python's recursion limit
+            raise _bad_body("request body is not valid JSON: JSON nested too deeply") from None
         return None
 
     def _bind_path(
@@ -209,6 +224,18 @@ def _bind(
                 continue
         out[name] = value
     return errors
+
+
+def _unsupported(content_type: str) -> HTTPUnsupportedMediaType:
+    got = content_type or "no Content-Type"
+    return HTTPUnsupportedMediaType(
+        f"expected a JSON body (application/json), got {got}",
+        details=[{"location": "header.content-type", "message": f"expected application/json, got {got}"}],
+    )
+
+
+def _bad_body(message: str) -> HTTPBadRequest:
+    return HTTPBadRequest(message, details=[{"location": "body", "message": message}])
 
 
 def _add(errors: list[dict[str, str]] | None, problem: dict[str, str]) -> list[dict[str, str]]:
