@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
+from .binding import TypedEndpoint
 from .convertors import Convertor
 from .datastructures import State
 from .exceptions import ClientDisconnected, HTTPError, HTTPUnprocessableEntity
@@ -28,7 +29,6 @@ from .routing import (
     _is_async,
     _RouteDecorators,
 )
-from .typed import TypedEndpoint
 
 if TYPE_CHECKING:
     from .limits import Limits

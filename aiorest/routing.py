@@ -16,11 +16,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, cast
 from urllib.parse import quote
 
-from .convertors import DEFAULT_CONVERTORS, Convertor
+from .binding import TypedEndpoint
+from .convertors import DEFAULT_CONVERTORS, Convertor, route_regex
 from .datastructures import _check_header
 from .exceptions import HTTPMethodNotAllowed, HTTPNotFound
 from .response import _checked_status
-from .typed import HandlerSignature, bind
+from .typed import HandlerSignature, read_signature
 
 if TYPE_CHECKING:
     from .request import Request
@@ -51,6 +52,8 @@ class RouteOptions(TypedDict, total=False):
     headers: Mapping[str, str] | None
     #: The route's own middleware, inside the app's (and its routers').
     middleware: Sequence[Middleware]
+    #: False: a typed JSON body may also come without a Content-Type (default: 415).
+    strict_content_type: bool
 
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -67,10 +70,12 @@ class Route:
     """One handler for one method on one path template.
 
     ``status`` and ``headers``: the status and the headers of the responses made
-    of what the handler returns (see :doc:`typed`), checked here. ``signature``:
+    of what the handler returns (see :doc:`typed`), checked here.
+    ``strict_content_type``: whether a typed JSON body must come with a JSON
+    Content-Type (True) or may also come without one. ``signature``:
     what a typed handler declares (None for one that takes only the request),
     and ``call`` what the app calls, the handler or its
-    :class:`~aiorest.typed.TypedEndpoint`; the App sets both when it registers
+    :class:`~aiorest.binding.TypedEndpoint`; the App sets both when it registers
     the route. ``middleware``: the route's own, inside the app's (its routers'
     first, then what the route was given, then what decorators put on the
     handler under ``__aiorest_middleware__``). ``endpoint`` is
@@ -85,6 +90,7 @@ class Route:
         "status",
         "headers",
         "middleware",
+        "strict_content_type",
         "_given_middleware",
         "signature",
         "call",
@@ -101,6 +107,7 @@ class Route:
         status: int | None = None,
         headers: Mapping[str, str] | None = None,
         middleware: Sequence[Middleware] = (),
+        strict_content_type: bool = True,
     ) -> None:
         method = method.upper()
         if not path.startswith("/"):
@@ -123,6 +130,7 @@ class Route:
         self.name = name
         self.status = status
         self.headers: Mapping[str, str] | None = MappingProxyType(dict(headers)) if headers else None
+        self.strict_content_type = strict_content_type
         where = f"route {method} {path}"
         self._given_middleware = _checked_middleware(middleware, where)
         self.middleware = self._given_middleware + _checked_middleware(getattr(handler, HANDLER_MIDDLEWARE, ()), where)
@@ -132,9 +140,12 @@ class Route:
         self.endpoint: Handler = self.call
 
     def bind(self, convertors: Mapping[str, Convertor]) -> None:
-        """Read the handler's declarations (see :func:`aiorest.typed.bind`) with the app's converters."""
+        """Read the handler's declarations (see :func:`aiorest.typed.read_signature`) with the app's converters."""
         params = _compile(self.path, convertors).params
-        self.signature, self.call = bind(self.handler, self.method, self.path, params, self.status, self.headers)
+        self.signature = read_signature(
+            self.handler, self.method, self.path, params, self.status, self.headers, self.strict_content_type
+        )
+        self.call = TypedEndpoint(self.signature) if self.signature else cast(Handler, self.handler)
 
     def options(self, **changed: Any) -> RouteOptions:
         """The options the route was made with (a Router copies routes with them).
@@ -143,7 +154,11 @@ class Route:
         handler, and a copy of the route adds it again, after what it is given.
         """
         options = RouteOptions(
-            name=self.name, status=self.status, headers=self.headers, middleware=self._given_middleware
+            name=self.name,
+            status=self.status,
+            headers=self.headers,
+            middleware=self._given_middleware,
+            strict_content_type=self.strict_content_type,
         )
         options.update(changed)  # type: ignore[typeddict-item]
         return options
@@ -296,7 +311,7 @@ def _compile(template: str, convertors: Mapping[str, Convertor]) -> _PathEntry:
         except KeyError:
             raise ValueError(f"unknown converter {conv_name!r} in route path {template!r}") from None
         regex.append(re.escape(literal))
-        regex.append(f"({conv.regex})")
+        regex.append(f"({route_regex(conv_name, conv)})")
         pieces.append(literal)
         pieces.append((name, conv))
         params.append((name, conv))

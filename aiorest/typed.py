@@ -5,9 +5,10 @@ each parameter besides the request gets its source (path, query, header,
 cookie or body), its name on the wire and a checked type, and the return
 annotation may name a response model. A handler that takes only the request,
 returns no model and whose route declares no status or headers is called as it
-is: it pays nothing. Any other is wrapped in a :class:`TypedEndpoint`, which
-binds the parameters from the request, validates them with msgspec (decoders
-built at registration) and encodes the result.
+is: it pays nothing. Any other is wrapped in a
+:class:`~aiorest.binding.TypedEndpoint`, which binds the parameters from the
+request, validates them with msgspec (decoders built at registration) and
+encodes the result.
 
 What was declared stays on the route as a :class:`HandlerSignature`, in a
 structured form (for documents such as OpenAPI).
@@ -29,10 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 from .convertors import Convertor, FloatConvertor, IntConvertor, PathConvertor, StringConvertor, UUIDConvertor
-from .datastructures import Headers
-from .exceptions import HTTPBadRequest, HTTPUnprocessableEntity, HTTPUnsupportedMediaType
 from .request import Request
-from .response import Response, to_response
+from .response import Response
 
 try:
     import msgspec
@@ -46,8 +45,7 @@ __all__ = [
     "Body",
     "Parameter",
     "HandlerSignature",
-    "TypedEndpoint",
-    "bind",
+    "read_signature",
     "VALIDATION_MESSAGE",
 ]
 
@@ -132,7 +130,8 @@ class HandlerSignature:
 
     ``request``: the name it takes the request under (None if it does not).
     ``returns``: the response model (the return annotation when it names one),
-    else None. ``status`` and ``headers``: declared on the route.
+    else None. ``status``, ``headers`` and ``strict_content_type``: declared on
+    the route.
     """
 
     handler: Any
@@ -141,6 +140,7 @@ class HandlerSignature:
     returns: Any
     status: int | None
     headers: Mapping[str, str]
+    strict_content_type: bool = True
 
 
 # -- registration ----------------------------------------------------------------------
@@ -160,24 +160,25 @@ _NO_HEADERS: Mapping[str, str] = types.MappingProxyType({})
 
 
 class _Declared(TypeError):
-    """A declaration that cannot work; ``bind`` names the handler in the message."""
+    """A declaration that cannot work; ``read_signature`` names the handler in the message."""
 
 
-def bind(
+def read_signature(
     handler: Callable[..., Any],
     method: str,
     path: str,
     path_params: Sequence[tuple[str, Convertor]],
     status: int | None = None,
     headers: Mapping[str, str] | None = None,
-) -> tuple[HandlerSignature | None, Callable[[Request], Any]]:
+    strict_content_type: bool = True,
+) -> HandlerSignature | None:
     """Read ``handler``'s declarations for the route ``method path``.
 
-    Returns ``(None, handler)`` for a handler that takes only the request,
-    returns no model, on a route with no declared status or headers: it is
-    called as it is. Otherwise the signature and the :class:`TypedEndpoint` to
-    call instead. A declaration that cannot work raises TypeError naming the
-    handler and the parameter. ``status`` and ``headers`` were checked by the Route.
+    Returns None for a handler that takes only the request and returns no
+    model, on a route with no declared status or headers: it is called as it
+    is. Otherwise its signature, for a :class:`~aiorest.binding.TypedEndpoint`
+    to bind. A declaration that cannot work raises TypeError naming the handler
+    and the parameter. ``status`` and ``headers`` were checked by the Route.
     """
     checked_headers: Mapping[str, str] = headers or _NO_HEADERS
     where = f"handler {_describe(handler)} of {method} {path}"
@@ -193,21 +194,22 @@ def bind(
         and not checked_headers
     )
     if plain_call and params[0].annotation is params[0].empty and signature.return_annotation is signature.empty:
-        return None, handler  # the common untyped handler: not even its annotations are resolved
+        return None  # the common untyped handler: not even its annotations are resolved
     try:
         hints = typing.get_type_hints(_hinted(handler), include_extras=True)
     except Exception as exc:
         if plain_call and (params[0].name == "request" or "Request" in str(params[0].annotation)):
-            return None, handler  # annotations it cannot resolve: called as before typed handlers
+            return None  # annotations it cannot resolve: called as before typed handlers
         raise TypeError(f"{where}: cannot resolve its annotations: {exc!r}") from None
     returns = hints.get("return")
     if plain_call and _is_request(params[0], hints, only=True) and not _names_model(returns):
-        return None, handler
+        return None
     try:
-        declared = _read(handler, params, hints, dict(path_params), returns, status, checked_headers)
-        return declared, TypedEndpoint(declared)
+        parameters, request_name = _read(params, hints, dict(path_params))
+        model = _response_model(returns)
     except _Declared as exc:
         raise TypeError(f"{where}: {exc}") from None
+    return HandlerSignature(handler, parameters, request_name, model, status, checked_headers, strict_content_type)
 
 
 def _describe(handler: object) -> str:
@@ -230,14 +232,9 @@ def _is_request(param: inspect.Parameter, hints: Mapping[str, Any], only: bool) 
 
 
 def _read(
-    handler: Any,
-    params: list[inspect.Parameter],
-    hints: Mapping[str, Any],
-    path_params: Mapping[str, Convertor],
-    returns: Any,
-    status: int | None,
-    headers: Mapping[str, str],
-) -> HandlerSignature:
+    params: list[inspect.Parameter], hints: Mapping[str, Any], path_params: Mapping[str, Convertor]
+) -> tuple[tuple[Parameter, ...], str | None]:
+    """The declared parameters, and the name the request is taken under."""
     _require_msgspec()
     request_name = None
     declared: list[Parameter] = []
@@ -251,11 +248,15 @@ def _read(
     bodies = [p.name for p in declared if p.source == "body"]
     if len(bodies) > 1:
         raise _Declared(f"parameters {bodies[0]!r} and {bodies[1]!r} both read the body; a handler has one body")
-    model = None
-    if _names_model(returns):
-        model = _without_responses(returns)
-        _check_schema(model, "the return annotation")
-    return HandlerSignature(handler, tuple(declared), request_name, model, status, headers)
+    return tuple(declared), request_name
+
+
+def _response_model(returns: Any) -> Any:
+    if not _names_model(returns):
+        return None
+    model = _without_responses(returns)
+    _check_schema(model, "the return annotation")
+    return model
 
 
 def _parameter(param: inspect.Parameter, hint: Any, path_params: Mapping[str, Convertor]) -> Parameter:
@@ -442,221 +443,3 @@ def _require_msgspec() -> None:
             "typed handlers (typed parameters, a response model, a declared status or headers) need msgspec: "
             "pip install 'aiorest[typed]'"
         )
-
-
-# -- per request ------------------------------------------------------------------------
-
-# One scalar to bind: (argument name, key, type to convert to or None to pass the
-# text as it is, many values (repeated keys), required, location prefix).
-_Spec = tuple[str, str, Any, bool, bool, str]
-_JSON = "application/json"
-
-
-def _spec(param: Parameter, prefix: str) -> _Spec:
-    many = _sequence_item(param.annotation) is not None
-    tp = param.annotation
-    if tp is str or (many and tp in (list[str],)):
-        tp = None  # the text itself: nothing to convert or check
-    return (param.name, param.key, tp, many, param.required, f"{prefix}{param.key}")
-
-
-class TypedEndpoint:
-    """A typed handler bound to its route: binds, validates, calls, encodes.
-
-    Every invalid input (path, query, header, cookie; the body's first problem,
-    which is all msgspec reports) is collected into one 422 answer. It is
-    returned as a Response, which costs far less than raising, unless the app
-    has an exception handler for it: then ``raise_errors`` is set at startup and
-    an :class:`~aiorest.HTTPUnprocessableEntity` is raised instead.
-    """
-
-    __slots__ = (
-        "signature",
-        "handler",
-        "raise_errors",
-        "_request",
-        "_path",
-        "_query",
-        "_gathered",
-        "_headers",
-        "_cookies",
-        "_body",
-        "_body_required",
-        "_decoder",
-        "_encoder",
-        "_status",
-        "_empty_status",
-        "_response_headers",
-        "_plain_result",
-    )
-
-    def __init__(self, signature: HandlerSignature) -> None:
-        self.signature = signature
-        self.handler = signature.handler
-        self.raise_errors = False
-        self._request = signature.request
-        path: list[tuple[str, str, Any]] = []
-        query: list[_Spec] = []
-        gathered: list[tuple[str, Any, tuple[_Spec, ...], bool]] = []
-        headers: list[_Spec] = []
-        cookies: list[_Spec] = []
-        self._body: str | None = None
-        self._body_required = True
-        self._decoder: msgspec.json.Decoder[Any] | None = None
-        for param in signature.parameters:
-            if param.source == "path":
-                # Checked only when it says more than the converter: constraints.
-                check = param.annotation if get_origin(param.annotation) is Annotated else None
-                path.append((param.name, param.key, check))
-            elif param.source == "body":
-                self._body = param.name
-                self._body_required = param.required
-                self._decoder = msgspec.json.Decoder(param.annotation)
-            elif param.fields:
-                specs = tuple(_spec(field, "query.") for field in param.fields)
-                gathered.append((param.name, _strip(param.annotation), specs, param.required))
-            else:
-                {"query": query, "header": headers, "cookie": cookies}[param.source].append(
-                    _spec(param, f"{param.source}.")
-                )
-        self._path = tuple(path)
-        self._query = tuple(query)
-        self._gathered = tuple(gathered)
-        self._headers = tuple(headers)
-        self._cookies = tuple(cookies)
-        self._encoder = msgspec.json.Encoder() if signature.returns is not None else None
-        self._status = signature.status or 200
-        self._empty_status = signature.status or 204
-        self._response_headers = list(Headers(signature.headers)._list) if signature.headers else None
-        # Nothing to do to the result: the server turns it into a response as usual.
-        self._plain_result = self._encoder is None and signature.status is None and not signature.headers
-
-    async def __call__(self, request: Request) -> Any:
-        kwargs: dict[str, Any] = {}
-        if self._request is not None:
-            kwargs[self._request] = request
-        errors: list[dict[str, str]] | None = None
-        if self._body is not None:
-            errors = await self._read_body(request, kwargs)
-        if self._path:
-            errors = self._bind_path(request, kwargs, errors)
-        if self._query:
-            errors = _bind(request.query, self._query, kwargs, errors)
-        for name, cls, specs, required in self._gathered:
-            values: dict[str, Any] = {}
-            errors = _bind(request.query, specs, values, errors)
-            if values or required:
-                kwargs[name] = cls(**values)
-        if self._headers:
-            errors = _bind(request.headers, self._headers, kwargs, errors)
-        if self._cookies:
-            errors = _bind(request.cookies, self._cookies, kwargs, errors)
-        if errors is not None:
-            if self.raise_errors:
-                raise HTTPUnprocessableEntity(VALIDATION_MESSAGE, details=errors)
-            return Response(_ERRORS_ENCODE(_error_body(errors)), 422, None, _JSON)
-        result = await self.handler(**kwargs)
-        if self._plain_result or isinstance(result, Response):
-            return result
-        if self._encoder is not None and result is not None:
-            response = Response(self._encoder.encode(result), self._status, None, _JSON)
-        else:
-            response = to_response(result)  # a dict or a list: JSON; None: no content
-            response._status = self._status if result is not None else self._empty_status
-        if self._response_headers is not None:
-            response_headers = Headers.__new__(Headers)
-            response_headers._list = list(self._response_headers)
-            response._headers = response_headers
-        return response
-
-    async def _read_body(self, request: Request, kwargs: dict[str, Any]) -> list[dict[str, str]] | None:
-
-        content_type = request.content_type
-        if content_type and content_type != _JSON and not content_type.endswith("+json"):
-            if not self._body_required and not await request.read():
-                return None  # an optional body left out (some clients still send a type)
-            raise HTTPUnsupportedMediaType(f"expected a JSON body (application/json), got {content_type}")
-        body = await request.read()
-        if not body:
-            if self._body_required:
-                raise HTTPBadRequest("request body is empty; expected JSON")
-            return None  # the parameter's default
-        assert self._decoder is not None and self._body is not None
-        try:
-            kwargs[self._body] = self._decoder.decode(body)
-        except msgspec.ValidationError as exc:
-            return [_problem("body", str(exc))]
-        except msgspec.DecodeError as exc:
-            raise HTTPBadRequest(f"request body is not valid JSON: {exc}") from None
-        return None
-
-    def _bind_path(
-        self, request: Request, kwargs: dict[str, Any], errors: list[dict[str, str]] | None
-    ) -> list[dict[str, str]] | None:
-
-        params = request.path_params
-        for name, key, check in self._path:
-            value = params[key]
-            if check is not None:
-                try:
-                    value = msgspec.convert(value, check)
-                except msgspec.ValidationError as exc:
-                    errors = _add(errors, _problem(f"path.{key}", str(exc)))
-                    continue
-            kwargs[name] = value
-        return errors
-
-
-def _bind(
-    source: Any, specs: tuple[_Spec, ...], out: dict[str, Any], errors: list[dict[str, str]] | None
-) -> list[dict[str, str]] | None:
-    """Take each spec's value out of ``source`` (a MultiDict, Headers or dict) into ``out``."""
-    for name, key, tp, many, required, location in specs:
-        if many:
-            value: Any = source.getall(key)
-            if not value:
-                value = None
-        else:
-            value = source.get(key)
-        if value is None:
-            if required:
-                errors = _add(errors, {"location": location, "message": "required"})
-            continue  # the default applies
-        if tp is not None:
-            try:
-                value = msgspec.convert(value, tp, strict=False)
-            except msgspec.ValidationError as exc:
-                errors = _add(errors, _problem(location, str(exc)))
-                continue
-        out[name] = value
-    return errors
-
-
-def _add(errors: list[dict[str, str]] | None, problem: dict[str, str]) -> list[dict[str, str]]:
-    if errors is None:
-        return [problem]
-    errors.append(problem)
-    return errors
-
-
-def _problem(location: str, message: str) -> dict[str, str]:
-    """A msgspec error as a problem: its ``- at `$.a[0].b``` suffix goes into the location."""
-    message, at, path = message.partition(" - at `$")
-    if at:
-        location += path[:-1]  # ".a[0].b" or "[0]", without the closing backquote
-    if message.startswith("Object missing required field `"):
-        location += "." + message[31:-1]
-    return {"location": location, "message": message}
-
-
-def _error_body(errors: list[dict[str, str]]) -> dict[str, Any]:
-    return {"error": {"status": 422, "message": VALIDATION_MESSAGE, "details": errors}}
-
-
-def _encode_errors(value: Any) -> bytes:
-    global _ERRORS_ENCODE
-    _ERRORS_ENCODE = msgspec.json.Encoder().encode  # bound once, on the first 422
-    return _ERRORS_ENCODE(value)
-
-
-_ERRORS_ENCODE: Callable[[Any], bytes] = _encode_errors

@@ -102,6 +102,17 @@ async def test_a_bad_registration_is_422_naming_the_field(client, body, location
     assert problem["location"] == location, problem
 
 
+@pytest.mark.parametrize("path", ["/users", "/login"])
+async def test_a_body_not_utf_8_is_400_and_one_without_content_type_415_before_any_login(client, path):
+    body = b'{"username": "al\xffice", "password": "correct horse battery"}'
+    async with client.post(path, data=body, headers={"Content-Type": "application/json"}) as response:
+        status, message = await error_of(response)  # was a 500
+    assert status == 400 and message.startswith("request body is not valid JSON")
+    body = b'{"username": "alice", "password": "correct horse battery"}'
+    async with client.post(path, data=body, skip_auto_headers=["Content-Type"]) as response:
+        assert await error_of(response) == (415, "expected a JSON body (application/json), got no Content-Type")
+
+
 async def test_a_taken_username_is_409(client):
     name = username()
     await register(client, name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 
 import pytest
@@ -308,6 +309,48 @@ async def test_a_converter_refusing_lets_a_later_template_match(aiorest_client):
         assert await response.json() == {"even": ["int", "4"]}
     async with client.get("/n/5") as response:
         assert await response.json() == {"odd": ["int", "5"]}
+
+
+class LangConvertor:
+    def __init__(self, regex: str) -> None:
+        self.regex = regex
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+@pytest.mark.parametrize("regex", ["(en|fr)", "(?P<lang>en|fr)", r"(e)(n)|(f)\(?(r)", r"[(](?:en|fr)|(fr)"])
+async def test_a_converters_groups_do_not_shift_the_parameters_of_any_route(aiorest_client, regex):
+    app = App(convertors={"lang": LangConvertor(regex)})
+    app.get("/{lang:lang}/docs/{page}")(params)
+    app.get("/later/{n:int}/{name}")(params)
+    client = await aiorest_client(app)
+    async with client.get("/fr/docs/intro") as response:
+        assert await response.json() == {"lang": ["str", "fr"], "page": ["str", "intro"]}
+    async with client.get("/later/3/x") as response:  # registered after it: was a 500 (KeyError)
+        assert await response.json() == {"n": ["int", "3"], "name": ["str", "x"]}
+    async with client.get("/de/docs/intro") as response:
+        assert response.status == 404
+
+
+@pytest.mark.parametrize(
+    ("regex", "expected"),
+    [
+        (r"(a)\1", "refers to its own groups"),
+        ("(?P<x>a)(?P=x)", "refers to its own groups"),
+        ("(a)?(?(1)b|c)", "refers to its own groups"),
+        ("(?i)en", "does not compile inside a route's pattern"),
+        ("[en", "does not compile"),
+    ],
+)
+def test_a_converter_regex_the_table_cannot_hold_is_refused_naming_it(regex, expected):
+    app = App(convertors={"lang": LangConvertor(regex)})
+    with pytest.raises(ValueError, match=r"converter 'lang' \(LangConvertor\): regex .*" + re.escape(expected)):
+        app.get("/{lang:lang}/docs")(params)
+    assert not app.router.routes()
 
 
 async def test_static_path_wins_over_a_template(aiorest_client):

@@ -23,7 +23,8 @@ from aiorest import (
     Response,
     Router,
 )
-from aiorest.typed import HandlerSignature, TypedEndpoint
+from aiorest.binding import TypedEndpoint
+from aiorest.typed import HandlerSignature
 
 
 class Item(msgspec.Struct):
@@ -64,6 +65,21 @@ class Page(msgspec.Struct):
     tags: list[str] = []
 
 
+class Filter(msgspec.Struct):
+    q: str
+    limit: int = 10
+
+
+@dataclasses.dataclass
+class Span:
+    start: int = 0
+    end: int = 10
+
+    def __post_init__(self) -> None:
+        if self.end < self.start:
+            raise ValueError("end must not come before start")
+
+
 def typed_app() -> App:
     app = App()
 
@@ -85,6 +101,18 @@ def typed_app() -> App:
     @app.get("/page")
     async def page(request: Request, page: Annotated[Page, Query()]) -> dict[str, Any]:
         return {"page": msgspec.to_builtins(page), "path": request.path}
+
+    @app.get("/filter")
+    async def filter_(found: Annotated[Filter, Query()], span: Annotated[Span, Query()]) -> dict[str, Any]:
+        return {"q": found.q, "limit": found.limit, "span": [span.start, span.end]}
+
+    @app.post("/any")
+    async def any_body(body: Annotated[Any, Body()]) -> dict[str, Any]:
+        return {"type": type(body).__name__}
+
+    @app.post("/lenient", strict_content_type=False)
+    async def lenient(order: Order) -> dict[str, str]:
+        return {"title": order.title}
 
     @app.get("/who")
     async def who(
@@ -234,6 +262,22 @@ async def test_query_gathered_into_a_struct(aiorest_client):
         ]
 
 
+async def test_a_gathered_query_model_missing_a_field_or_refused_by_its_post_init_is_422(aiorest_client):
+    client = await aiorest_client(typed_app())
+    async with client.get("/filter?q=tea&limit=3&start=2&end=4") as response:
+        assert await response.json() == {"q": "tea", "limit": 3, "span": [2, 4]}
+    async with client.get("/filter?limit=3") as response:  # was a 500: Filter(limit=3) missing q
+        assert await problems(response) == [{"location": "query.q", "message": "required"}]
+    async with client.get("/filter?limit=x&end=y") as response:
+        assert await problems(response) == [
+            {"location": "query.q", "message": "required"},
+            {"location": "query.limit", "message": "Expected `int`, got `str`"},
+            {"location": "query.end", "message": "Expected `int`, got `str`"},
+        ]
+    async with client.get("/filter?q=a&start=5&end=1") as response:  # as msgspec treats a body's __post_init__
+        assert await problems(response) == [{"location": "query", "message": "end must not come before start"}]
+
+
 async def test_headers_and_cookies(aiorest_client):
     client = await aiorest_client(typed_app())
     headers = {"X-Token": "t1", "X-Retries": "3", "Cookie": "session=s1; theme=dark"}
@@ -299,6 +343,71 @@ async def test_malformed_json_stays_400_and_a_wrong_content_type_415(aiorest_cli
         assert response.status == 415
     async with client.post("/orders", data=b'{"title":"x"}', headers={"Content-Type": "application/vnd.a+json"}) as r:
         assert r.status == 201
+
+
+def _error(body: dict[str, Any], status: int, location: str) -> str:
+    assert body["error"]["status"] == status
+    assert [problem["location"] for problem in body["error"]["details"]] == [location]
+    return body["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"title": "al\xffice"}',  # in a string the model keeps
+        b'{"note": "\xff", "title": "alice"}',  # in a field the model ignores
+        b'{"title": "alice"}\xc3',
+    ],
+)
+async def test_a_body_that_is_not_utf_8_is_400_wherever_the_bad_byte_is(aiorest_client, body):
+    client = await aiorest_client(typed_app())
+    async with client.post("/orders", data=body, headers={"Content-Type": "application/json"}) as response:
+        message = _error(await response.json(), 400, "body")  # was a 500 (UnicodeDecodeError), or a 201
+        assert message.startswith("request body is not valid JSON: 'utf-8' codec can't decode byte")
+
+
+@pytest.mark.parametrize("path", ["/any", "/orders"])  # nested where the model keeps it, and where it skips it
+async def test_a_body_nested_too_deeply_is_400(aiorest_client, path):
+    client = await aiorest_client(typed_app())
+    headers = {"Content-Type": "application/json"}
+    deep = b'{"title": "t", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    async with client.post(path, data=deep, headers=headers) as response:  # was a 500 (RecursionError)
+        message = _error(await response.json(), 400, "body")
+        assert message == "request body is not valid JSON: JSON nested too deeply"
+    nested = b'{"title": "t", "x": ' + b"[" * 500 + b"]" * 500 + b"}"
+    async with client.post(path, data=nested, headers=headers) as response:
+        assert response.status in (200, 201)
+
+
+async def test_a_json_body_without_content_type_is_415_unless_the_route_allows_it(aiorest_client):
+    client = await aiorest_client(typed_app())
+    no_type = {"skip_auto_headers": ["Content-Type"]}
+    async with client.post("/orders", data=b'{"title": "x"}', **no_type) as response:  # was a 201
+        message = _error(await response.json(), 415, "header.content-type")
+        assert message == "expected a JSON body (application/json), got no Content-Type"
+    async with client.post("/maybe", data=b'{"title": "x"}', **no_type) as response:
+        assert response.status == 415
+    async with client.post("/maybe", **no_type) as response:  # an optional body left out
+        assert await response.json() == {"title": None}
+    async with client.post("/orders", data=b"", **no_type) as response:
+        assert _error(await response.json(), 400, "body") == "request body is empty; expected JSON"
+    async with client.post("/lenient", data=b'{"title": "x"}', **no_type) as response:
+        assert await response.json() == {"title": "x"}
+    async with client.post("/lenient", data=b'{"title": "x"}', headers={"Content-Type": "text/plain"}) as response:
+        assert response.status == 415  # only a missing type is let through
+
+
+def test_strict_content_type_is_kept_by_a_router_and_on_the_signature():
+    router = Router()
+
+    @router.post("/loose", strict_content_type=False)
+    async def loose(order: Order) -> None: ...
+
+    app = App()
+    app.include(router, "/api")
+    (route,) = app.router.routes()
+    assert route.strict_content_type is False
+    assert route.signature is not None and route.signature.strict_content_type is False
 
 
 # -- outputs -----------------------------------------------------------------------
