@@ -428,7 +428,7 @@ class Passwords:
 
     def __init__(self, *, max_in_flight: int = 2, max_waiting: int = 64, hasher: Any = None) -> None:
         if argon2 is None:
-            raise RuntimeError("password hashing needs argon2-cffi: pip install 'aiorest[auth]'")
+            raise RuntimeError("password hashing needs argon2-cffi: pip install '.[auth]' in aiorest's checkout")
         if max_in_flight < 1 or max_waiting < 0:
             raise ValueError("max_in_flight must be at least 1 and max_waiting at least 0")
         self.hasher: argon2.PasswordHasher = hasher if hasher is not None else argon2.PasswordHasher()

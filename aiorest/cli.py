@@ -204,7 +204,9 @@ def _production_options(args: argparse.Namespace) -> dict[str, object]:
         from .metrics import prepare_multiprocess_dir, prometheus_available
 
         if not prometheus_available():
-            raise SystemExit("aiorest: --metrics needs prometheus_client: pip install 'aiorest[metrics]'")
+            raise SystemExit(
+                "aiorest: --metrics needs prometheus_client: pip install '.[metrics]' in aiorest's checkout"
+            )
         if args.workers is not None:  # before anything imports prometheus_client (the app included)
             prepare_multiprocess_dir()
     return options
