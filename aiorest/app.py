@@ -149,7 +149,7 @@ class App(_RouteDecorators):
     def openapi(self, *, title: str | None = None, version: str | None = None) -> dict[str, Any]:
         """The OpenAPI 3.1 document of the routes, as a dict (see :doc:`typed`).
 
-        ``title`` and ``version`` default to the App's. Needs msgspec (``aiorest[openapi]``).
+        ``title`` and ``version`` default to the App's. Needs msgspec (aiorest's ``openapi`` extra).
         """
         from .openapi import build_openapi
 
@@ -169,7 +169,7 @@ class App(_RouteDecorators):
 
         The document is built on its first request, then kept. The docs' scripts and
         styles are served under ``docs_url`` and ``redoc_url`` from the
-        ``openapi-ui-bundles`` package (``pip install 'aiorest[openapi]'``): RuntimeError
+        ``openapi-ui-bundles`` package (aiorest's ``openapi`` extra): RuntimeError
         here when it is missing. These routes are not in the document.
         """
         from .openapi import openapi_routes

@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from . import __version__
 from .app import App
 from .listeners import bind_tcp, bind_unix, inherited_socket, remove_unix_socket, systemd_socket
 from .server import WORKERS_LOG_FORMAT, _one_line, run
@@ -76,6 +77,7 @@ def _positive(name: str, default: float) -> float:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aiorest", description="Serve an aiorest App.")
+    parser.add_argument("--version", action="version", version=f"aiorest {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="serve an app: aiorest run myapp:app --port 8080")
     run.add_argument("app", help="MODULE:APP, e.g. myapp:app")
@@ -98,7 +100,12 @@ def _parser() -> argparse.ArgumentParser:
         default=_positive("AIOREST_GRACEFUL_TIMEOUT", 30.0),
         help="seconds to finish requests on SIGTERM (default 30, $AIOREST_GRACEFUL_TIMEOUT)",
     )
-    run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    run.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="level of the server's log (default info)",
+    )
     _add_production_options(run)
     # the process model: inherited sockets, reloads
     run.add_argument(
@@ -197,7 +204,9 @@ def _production_options(args: argparse.Namespace) -> dict[str, object]:
         from .metrics import prepare_multiprocess_dir, prometheus_available
 
         if not prometheus_available():
-            raise SystemExit("aiorest: --metrics needs prometheus_client: pip install 'aiorest[metrics]'")
+            raise SystemExit(
+                "aiorest: --metrics needs prometheus_client: pip install '.[metrics]' in aiorest's checkout"
+            )
         if args.workers is not None:  # before anything imports prometheus_client (the app included)
             prepare_multiprocess_dir()
     return options

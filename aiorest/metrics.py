@@ -70,7 +70,7 @@ def _import_prometheus() -> Any:
         import prometheus_client.multiprocess
     except ImportError:
         raise RuntimeError(
-            "metrics need prometheus_client: pip install 'aiorest[metrics]' (or run without --metrics)"
+            "metrics need prometheus_client: pip install '.[metrics]' in aiorest's checkout (or run without --metrics)"
         ) from None
     return prometheus_client
 

@@ -160,7 +160,9 @@ def _security_schemes(middleware: Iterable[Any]) -> dict[str, Any]:
 
 def _require_msgspec() -> None:
     if msgspec is None:
-        raise RuntimeError("the OpenAPI document needs msgspec for its JSON Schemas: pip install 'aiorest[openapi]'")
+        raise RuntimeError(
+            "the OpenAPI document needs msgspec for its JSON Schemas: pip install '.[openapi]' in aiorest's checkout"
+        )
 
 
 class _Types:
@@ -432,6 +434,6 @@ def _bundles() -> Any:
     except ImportError:
         raise RuntimeError(
             "the interactive docs (Swagger UI, ReDoc) are served from the files of openapi-ui-bundles: "
-            "pip install 'aiorest[openapi]', or pass docs_url=None and redoc_url=None"
+            "pip install '.[openapi]' in aiorest's checkout, or pass docs_url=None and redoc_url=None"
         ) from None
     return openapi_ui_bundles

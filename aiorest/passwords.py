@@ -78,7 +78,7 @@ class Passwords:
         hasher: Any = None,
     ) -> None:
         if argon2 is None:
-            raise RuntimeError("password hashing needs argon2-cffi: pip install 'aiorest[auth]'")
+            raise RuntimeError("password hashing needs argon2-cffi: pip install '.[auth]' in aiorest's checkout")
         if hash_in_flight is None:
             hash_in_flight = max(1, max_in_flight - 1)
         if hash_waiting is None:

@@ -52,4 +52,4 @@ else:  # pragma: no cover
 
     @pytest.fixture(name="aiorest_client")
     def aiorest_client() -> None:
-        pytest.fail("the aiorest_client fixture needs pytest-asyncio: pip install 'aiorest[test]'")
+        pytest.fail("the aiorest_client fixture needs pytest-asyncio: pip install '.[testing]' in aiorest's checkout")

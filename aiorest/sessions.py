@@ -229,7 +229,7 @@ class RedisStore(SessionStore):
     """Keeps each session in a Redis hash (at ``prefix + stored_id(id)``), one field per key; the cookie holds its id.
 
     ``redis`` is a URL (``redis://127.0.0.1:6379/0``) or a ``redis.asyncio.Redis``
-    client (``pip install 'aiorest[sessions-redis]'``). A session lives at
+    client (aiorest's ``sessions-redis`` extra). A session lives at
     ``prefix + id`` and expires ``ttl`` seconds (by default the middleware's
     ``max_age``) after its last change. Only the keys a request changed are
     written (``HSET``/``HDEL`` in one ``MULTI``), so two requests of one session
@@ -251,7 +251,9 @@ class RedisStore(SessionStore):
         try:
             errors = importlib.import_module("redis.exceptions")
         except ImportError:
-            raise RuntimeError("RedisStore needs redis: pip install 'aiorest[sessions-redis]'") from None
+            raise RuntimeError(
+                "RedisStore needs redis: pip install '.[sessions-redis]' in aiorest's checkout"
+            ) from None
         # what a Redis that is down, restarting or too slow raises: the request gets a 503, not a 500
         self._unavailable: tuple[type[BaseException], ...] = (errors.ConnectionError, errors.TimeoutError)
         self._own_client = isinstance(redis, str)

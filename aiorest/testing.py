@@ -6,7 +6,7 @@
         assert await response.json() == {...}
 
 The client is an ``aiohttp.ClientSession`` bound to the server's URL; each
-method returns aiohttp's response. aiohttp is needed (``pip install aiorest[test]``).
+method returns aiohttp's response. aiohttp is needed (aiorest's ``testing`` extra).
 """
 
 from __future__ import annotations

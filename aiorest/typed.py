@@ -441,5 +441,5 @@ def _require_msgspec() -> None:
     if msgspec is None:
         raise _Declared(
             "typed handlers (typed parameters, a response model, a declared status or headers) need msgspec: "
-            "pip install 'aiorest[typed]'"
+            "pip install '.[typed]' in aiorest's checkout"
         )

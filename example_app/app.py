@@ -1,11 +1,13 @@
-"""Assembles the example app: database, migrations at startup, routes."""
+"""Assembles the example app: database, migrations at startup, routes, and an index at ``/``."""
 
 from __future__ import annotations
 
+import html
+import logging
 import os
 from pathlib import Path
 
-from aiorest import App, PostgresStore, Router, SessionMiddleware
+from aiorest import App, PostgresStore, Request, Response, Router, SessionMiddleware
 from aiorest.db import Database
 from aiorest.migrations import migrate
 
@@ -19,6 +21,8 @@ MIGRATION_DIRS = ("aiorest:sessions", str(MIGRATIONS))
 #: The same as ``aiorest migrate`` arguments: what a tool runs to give a database the app's schema.
 MIGRATE_ARGS = tuple(arg for directory in MIGRATION_DIRS for arg in ("--dir", directory))
 
+logger = logging.getLogger("example_app")
+
 
 def create_app(database: Database | None = None) -> App:
     """A new App on ``database`` (default: a pool on ``$DATABASE_URL``, see ``database_from_env``)."""
@@ -28,8 +32,18 @@ def create_app(database: Database | None = None) -> App:
 
     async def apply_migrations(app: App) -> None:
         # Safe when several workers start at once: the runner takes an advisory lock.
-        for directory in MIGRATION_DIRS:
-            await migrate(database, directory)
+        applied = [migration for directory in MIGRATION_DIRS for migration in await migrate(database, directory)]
+        seeded = await database.fetchone(
+            "SELECT (SELECT count(*) FROM world) AS worlds, (SELECT count(*) FROM fortune) AS fortunes"
+        )
+        assert seeded is not None
+        done = ", ".join(migration.path.stem for migration in applied)
+        logger.info(
+            "database ready: %s; seeded with %d World rows and %d fortunes",
+            f"migrations applied: {done}" if applied else "no migration pending",
+            seeded["worlds"],
+            seeded["fortunes"],
+        )
 
     app.on_startup.append(apply_migrations)
     users.setup(app)
@@ -41,7 +55,36 @@ def create_app(database: Database | None = None) -> App:
     app.include(accounts)
     app.include(techempower_router)
     app.add_openapi_routes()  # /openapi.json, /docs (Swagger UI), /redoc
+    page: list[bytes] = []  # made at the first request: the OpenAPI document lists every route by then
+
+    @app.get("/")
+    async def index(request: Request) -> Response:
+        """This page: the API's title, its documentation and its routes."""
+        if not page:
+            page.append(index_page(app))
+        return Response(page[0], media_type="text/html; charset=utf-8")
+
     return app
+
+
+def index_page(app: App) -> bytes:
+    """An HTML page naming the app, linking its docs and listing its routes (GET ones without parameters linked)."""
+    document = app.openapi()
+    title = html.escape(f"{document['info']['title']} {document['info']['version']}")
+    rows = []
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            shown = html.escape(path)
+            if method == "get" and "{" not in path:
+                shown = f'<a href="{shown}">{shown}</a>'
+            summary = html.escape(operation.get("summary", ""))
+            rows.append(f"<tr><td>{method.upper()}</td><td>{shown}</td><td>{summary}</td></tr>")
+    return (
+        f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{title}</title></head><body><h1>{title}</h1>"
+        '<p><a href="/docs">/docs</a> (Swagger UI), <a href="/redoc">/redoc</a> (ReDoc),'
+        ' <a href="/openapi.json">/openapi.json</a> (the OpenAPI document)</p>'
+        f"<table><tr><th>method</th><th>path</th><th>what</th></tr>{''.join(rows)}</table></body></html>"
+    ).encode()
 
 
 def database_from_env() -> Database:

@@ -9,20 +9,22 @@ drains, upstreams behind nginx)::
         upstream.wait_for_log("reload done")
     # stopped (SIGTERM, then SIGKILL if it hangs), even when the block raised
 
-Its output goes to a log file (``log_path``, or one in a temporary folder);
-``log()`` reads it. The process runs in a new session of its own, so a
+Its output goes to a log file (``log_path``, or one in a temporary folder
+removed with the object, at the latest at exit); ``log()`` reads it. The process runs in a new session of its own, so a
 terminal's signals do not reach it, and ``stop()`` or ``kill()`` end it by pid.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -90,7 +92,12 @@ class AiorestProcess:
         self.cwd = Path(cwd)
         self.env = dict(os.environ if env is None else env)
         self.env.setdefault("PYTHONPATH", str(ROOT))
-        self.log_path = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="aiorest-proc-")) / "aiorest.log"
+        if log_path:
+            self.log_path = Path(log_path)
+        else:
+            folder = tempfile.mkdtemp(prefix="aiorest-proc-")
+            self.log_path = Path(folder) / "aiorest.log"
+            weakref.finalize(self, shutil.rmtree, folder, ignore_errors=True)  # log() reads it until then
         self.ready_path = ready_path
         self.pass_fds = tuple(pass_fds)
         self.process: subprocess.Popen[bytes] | None = None

@@ -254,7 +254,7 @@ async def test_a_full_queue_drops_and_counts_records_and_never_blocks_the_loop(t
         writer.close()
         dropped = server.access_log.dropped
         assert dropped > 0
-        assert lag < 0.5, lag
+        assert lag < 2, lag  # the loop is never blocked on the pipe: a breakage guard, generous on purpose
         assert any("records dropped" in record.getMessage() for record in caplog.records)
     finally:
         beating.cancel()
@@ -330,7 +330,7 @@ def test_stop_does_not_hang_on_a_writer_blocked_by_a_reader_that_does_not_read(t
         time.sleep(0.1)  # the writer takes them and blocks
         started = time.monotonic()
         log.stop(timeout=0.5)
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < 10  # not a hang: a breakage guard, generous on purpose
         assert any("has not finished writing" in record.getMessage() for record in caplog.records)
     finally:
         deadline = time.monotonic() + 10

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from aiorest import __version__ as aiorest_version
 from tests.test_lifecycle import backends, create_table_world, wait_for_no_backends
 from tests.wire import fetch, get
 
@@ -153,7 +154,7 @@ async def test_workers_below_one_is_a_usage_error(count):
 
 async def test_python_m_example_app_runs_on_a_private_postgresql_and_stops_it_on_sigterm(tmp_path):
     # The README's run command on a machine with no DATABASE_URL: pgserver in the temp directory.
-    env = {name: value for name, value in os.environ.items() if name != "DATABASE_URL"}
+    env = {name: value for name, value in os.environ.items() if name not in ("DATABASE_URL", "XDG_RUNTIME_DIR")}
     env["TMPDIR"] = str(tmp_path)  # a data folder of its own, not the one the suite may share
     port = free_port()
     process = await python("-m", "example_app", "--port", str(port), env=env, merge=True)
@@ -167,7 +168,11 @@ async def test_python_m_example_app_runs_on_a_private_postgresql_and_stops_it_on
         output = await stop(process, signal.SIGTERM, timeout=60)
         assert process.returncode == 0, output.decode()
     text = output.decode()
-    assert "using an embedded PostgreSQL" in text and f"http://127.0.0.1:{port}/" in text
+    assert "using an embedded PostgreSQL" in text and f"aiorest serving on http://127.0.0.1:{port}" in text
+    # what a newcomer reads: the data is there; no platformdirs warning, no pgserver chatter at exit
+    assert "database ready: migrations applied: 0001_create_sessions, 0001_notes" in text, text
+    assert "seeded with 10000 World rows and 12 fortunes" in text, text
+    assert "Warning" not in text and "INFO pgserver" not in text, text
     assert not (data / "postmaster.pid").exists(), "PostgreSQL was left running"
     assert not (ROOT / "pgdata").exists()
 
@@ -276,7 +281,8 @@ async def test_python_m_example_app_that_cannot_listen_exits_1_and_stops_its_pos
         async with running(process), asyncio.timeout(120):  # initdb, migrations and seed first
             output, _ = await process.communicate()
     text = output.decode()
-    assert "starting on http://" in text, f"the embedded PostgreSQL did not start:\n{text}"
+    assert "database ready" in text, f"the embedded PostgreSQL did not start:\n{text}"
+    assert "http://" not in text, text  # no address announced before the bind that failed
     assert process.returncode == 1, text
     errors = [line for line in text.splitlines() if " ERROR " in line]
     assert len(errors) == 1 and "startup failed" in errors[0] and "address already in use" in errors[0], text
@@ -295,3 +301,24 @@ def test_timeouts_come_from_the_environment_and_must_be_positive(monkeypatch):
     monkeypatch.setenv("AIOREST_START_TIMEOUT", "0")
     with pytest.raises(SystemExit, match="AIOREST_START_TIMEOUT=0.0 must be positive"):
         _parser()
+
+
+async def test_python_m_example_app_help_is_plain_text():
+    process = await python("-m", "example_app", "--help")
+    async with asyncio.timeout(10):
+        stdout, _ = await process.communicate()
+    text = stdout.decode()
+    assert process.returncode == 0 and "DATABASE_URL" in text and "port to serve on" in text
+    assert "``" not in text and ":func:" not in text  # reStructuredText is for the docs
+
+
+async def test_aiorest_version_and_log_level_help():
+    process = await aiorest("--version")
+    async with asyncio.timeout(10):
+        stdout, _ = await process.communicate()
+    assert process.returncode == 0 and stdout.decode() == f"aiorest {aiorest_version}\n"
+    process = await aiorest("run", "--help")
+    async with asyncio.timeout(10):
+        stdout, _ = await process.communicate()
+    help_text = " ".join(stdout.decode().split())
+    assert "--log-level {debug,info,warning,error} level of the server's log (default info)" in help_text

@@ -194,7 +194,9 @@ async def test_a_task_cancelled_mid_statement_in_a_transaction_rolls_back_and_po
         began = time.monotonic()
         with pytest.raises(asyncio.CancelledError):  # the cancellation itself, not an error from a ROLLBACK
             await task
-        assert time.monotonic() - began < 0.1  # the task ends at once; the pool cleans up behind it
+        # the task ends without waiting for the statement (30 s): a breakage guard, generous on purpose;
+        # the pool cleans up behind it
+        assert time.monotonic() - began < 10
         async with asyncio.timeout(2):
             while db.idle != 1:
                 await asyncio.sleep(0.01)

@@ -664,3 +664,43 @@ async def test_readme_typed_example_validates_and_serves_its_document(aiorest_cl
         assert [(p["name"], p["in"]) for p in parameters] == [("tag", "query")]
     async with client.get("/docs") as response:
         assert response.status == 200 and "swagger-ui" in await response.text()
+
+
+# -- install commands -------------------------------------------------------------------------
+
+#: Where install commands are written: the pages, the scripts, and aiorest's own error messages.
+INSTALL_SOURCES = ("README.md", "docs", "examples", "deploy", "load", "bench", "aiorest", "example_app", ".ci")
+TEXT_SUFFIXES = {".md", ".rst", ".inc", ".py", ".txt", ".toml", ".sh", ".conf", ".service", ".socket", ""}
+#: The index project named bare: ``aiorest``, ``aiorest[typed]``, ``aiorest==0.4``; a path ending so is ours.
+INDEX_PROJECT = re.compile(r"aiorest(\[[^\]]*\])?([<>=!~]=?\S*)?")
+
+
+def install_commands() -> list[tuple[str, str]]:
+    """(file, the words after ``pip install``) for every install command in INSTALL_SOURCES."""
+    found = []
+    for source in INSTALL_SOURCES:
+        top = ROOT / source
+        for path in [top] if top.is_file() else sorted(top.rglob("*")):
+            if not path.is_file() or path.suffix not in TEXT_SUFFIXES or "results" in path.parts:
+                continue
+            text = re.sub(r"pip install\s*\n\s*", "pip install ", path.read_text(errors="replace"))
+            for words in re.findall(r"pip install ([^\n]*)", text):
+                found.append((str(path.relative_to(ROOT)), words))
+    return found
+
+
+def test_no_install_command_installs_the_unrelated_aiorest_of_the_index() -> None:
+    # PyPI's aiorest is a 2014 project (0.4.0, on a long-gone aiohttp API): ours installs from its source.
+    commands = install_commands()
+    assert len(commands) > 20, commands  # the scan finds the commands there are
+    bare = [
+        (where, words)
+        for where, words in commands
+        if any(INDEX_PROJECT.fullmatch(word.strip("`'\"(),;:.") or "-") for word in words.split())
+    ]
+    assert bare == []
+
+
+def test_readme_says_how_to_build_the_docs() -> None:
+    # the command test_docs_build_without_warnings runs, written where a contributor looks first
+    assert "sphinx-build -W --keep-going -n -b html docs docs/_build/html" in (ROOT / "README.md").read_text()

@@ -325,3 +325,18 @@ async def test_notes_are_compressed_techempower_routes_never(client):
     headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
     async with client.post("/notes", data=upload, headers=headers) as response:
         assert response.status == 201, await response.text()
+
+
+async def test_the_index_names_the_api_and_links_its_docs_and_routes(aiorest_client, shared_database_url, caplog):
+    caplog.set_level("INFO", logger="example_app")
+    client = await aiorest_client(create_app(Database(shared_database_url, min_size=1, max_size=2)))
+    # what a newcomer is told at startup: the migrations ran, the data is there
+    (ready,) = [record.getMessage() for record in caplog.records if record.name == "example_app"]
+    assert ready.startswith("database ready: ") and "seeded with 10000 World rows and 12 fortunes" in ready
+    async with client.get("/") as response:
+        assert response.status == 200 and response.content_type == "text/html"
+        page = await response.text()
+    assert "<title>aiorest example: notes 1.0</title>" in page
+    for link in ("/docs", "/redoc", "/openapi.json", "/notes", "/db", "/fortunes"):
+        assert f'<a href="{link}">' in page, link
+    assert "<td>GET</td><td>/notes/{note_id}</td>" in page and "<td>POST</td><td>/login</td>" in page

@@ -59,17 +59,20 @@ async def test_readyz_is_200_while_every_connection_of_the_pool_is_busy(database
     db = Database(database_url, min_size=1, max_size=2, acquire_timeout=5)
     db.setup(app)
     async with serving(app, health=True) as session:
+        release = asyncio.Event()
 
         async def hold() -> None:
             async with db.connection() as conn:
-                await conn.fetchval("SELECT pg_sleep(1.5)")
+                await conn.fetchval("SELECT 1")
+                await release.wait()
 
         holders = [asyncio.create_task(hold()) for _ in range(2)]
         await asyncio.sleep(0.2)
         assert db.idle == 0 and db.in_use == 2
-        started = time.monotonic()
-        assert (await get(session, "/readyz"))[::2] == (200, {"status": "ready"})  # busy, not down
-        assert time.monotonic() - started < 0.5  # not queued behind the busy connections
+        # answered while both connections stay taken: not queued behind them (busy, not down)
+        assert (await get(session, "/readyz"))[::2] == (200, {"status": "ready"})
+        assert db.in_use == 2
+        release.set()
         await asyncio.gather(*holders)
 
 
@@ -87,7 +90,7 @@ async def test_readyz_is_503_when_the_database_is_unreachable_and_the_check_is_c
         begin = time.monotonic()
         results = await asyncio.gather(*(get(session, "/readyz") for _ in range(50)))
         assert {status for status, _, _ in results} == {503}
-        assert time.monotonic() - begin < 1.0
+        assert time.monotonic() - begin < 5  # a breakage guard, generous on purpose: probes do not pile up
     warnings = [r for r in caplog.records if "database is unreachable" in r.getMessage()]
     assert len(warnings) == 1
 

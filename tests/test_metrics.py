@@ -104,13 +104,18 @@ async def test_requests_are_counted_by_route_template_method_and_status(caplog):
     # the latency histogram, by template
     assert value(found, "aiorest_request_duration_seconds_count", route=template) == 1000
     assert value(found, "aiorest_request_duration_seconds_bucket", route=template, le="+Inf") == 1000
-    assert value(found, "aiorest_request_duration_seconds_bucket", route=template, le="0.001") > 0
-    assert 0 < value(found, "aiorest_request_duration_seconds_sum", route=template) < 1000 * 0.0025
-    # the slow one in its bucket: the buckets are cumulative
+    # seconds, not milliseconds: a breakage guard, generous (a mean of 100 ms), not a speed target;
+    # what the metrics cost a request is a figure of python -m bench.inprocess --metrics
+    assert 0 < value(found, "aiorest_request_duration_seconds_sum", route=template) < 1000 * 0.1
+    # the slow one (30 ms at least) in its bucket: the buckets are cumulative
+    slow = sorted(
+        (float(dict(labels)["le"]), count)
+        for (name, labels), count in found.items()
+        if name == "aiorest_request_duration_seconds_bucket" and ("route", "/slow") in labels
+    )
+    assert [count for _, count in slow] == sorted(count for _, count in slow) and slow[-1] == (float("inf"), 1)
     assert value(found, "aiorest_request_duration_seconds_bucket", route="/slow", le="0.025") == 0
-    assert value(found, "aiorest_request_duration_seconds_bucket", route="/slow", le="0.05") == 1
-    assert value(found, "aiorest_request_duration_seconds_bucket", route="/slow", le="+Inf") == 1
-    assert 0.03 <= value(found, "aiorest_request_duration_seconds_sum", route="/slow") < 0.05
+    assert 0.03 <= value(found, "aiorest_request_duration_seconds_sum", route="/slow")
     assert value(found, "aiorest_requests_in_flight") == 0
     assert value(found, "aiorest_event_loop_lag_seconds_count") > 0
     assert "a bug" in caplog.text  # logged as before, not sent

@@ -293,7 +293,7 @@ def test_missing_bundle_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> Non
     import sys
 
     monkeypatch.setitem(sys.modules, "openapi_ui_bundles", None)
-    with pytest.raises(RuntimeError, match=r"pip install 'aiorest\[openapi\]'"):
+    with pytest.raises(RuntimeError, match=r"pip install '\.\[openapi\]' in aiorest's checkout"):
         App().add_openapi_routes()
 
 

@@ -99,7 +99,7 @@ async def test_transactions_savepoints_errors_and_timeouts_hold_behind_pgbouncer
         began = time.monotonic()
         with pytest.raises(StatementTimeout):
             await db.fetchval("SELECT pg_sleep(5)")
-        assert time.monotonic() - began < 1.5
+        assert time.monotonic() - began < 4  # a breakage guard, generous on purpose: not the 5 s of pg_sleep
         assert await db.fetchval("SELECT 1") == 1
         assert db.size == db.idle
         # A task cancelled mid-statement in a transaction: rolled back, its connection pooled clean.

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import socket
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 
 from aiorest import App, Request, Server
 from aiorest.proxies import MAX_HOPS, TrustedProxies, parse_forwarded, resolve_forwarded, valid_host
+from bench.inprocess import FORWARDED_CASES, FORWARDED_PROXIES
 from tests.test_cli import free_port, python, running, stop, wait_until_accepting
 from tests.wire import fetch, get, read_response
 
@@ -162,19 +162,10 @@ def test_resolving_is_linear_and_bounded():
 
 
 def test_work_on_huge_or_many_forwarded_lines_is_bounded():
-    proxies = TrustedProxies("10.0.0.0/8")
-    megabyte = 1 << 20
-    cases = [
-        ([(b"Forwarded", b"," * megabyte)], None),  # a million empty elements
-        ([(b"Forwarded", b"a=b;" * (megabyte // 4))], None),  # one element of 250,000 pairs
-        ([(b"Forwarded", b"for=1.2.3.4;proto=http," * 40_000 + b"for=198.51.100.7, for=10.0.0.1")], "198.51.100.7"),
-        ([(b"Forwarded", b"for=1.2.3.4, " * 900)] * 100 + [(b"Forwarded", b"for=198.51.100.8")], "198.51.100.8"),
-        ([(b"X-Forwarded-For", b"1.2.3.4, " * 9_000 + b"198.51.100.9")] * 100, "198.51.100.9"),
-    ]
-    for headers, client in cases:
-        started = time.perf_counter()
+    # What it costs is a figure: python -m bench.inprocess --forwarded (a few ms each).
+    proxies = TrustedProxies(FORWARDED_PROXIES)
+    for headers, client in FORWARDED_CASES:
         found = resolve_forwarded(headers, proxies)
-        assert time.perf_counter() - started < 0.05  # was 0.3-0.5 s a megabyte: every element parsed
         assert (found.client and found.client[0]) == client
     # the elements left of the last MAX_HOPS are not examined: they stand as one empty element
     elements = parse_forwarded(["for=10.0.0.9, " * 40 + "for=10.0.0.1"])

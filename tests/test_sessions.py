@@ -319,7 +319,7 @@ async def test_a_silent_redis_is_a_503_after_the_timeout_never_a_hang(aiorest_cl
         async with client.get("/s/get", cookies={"session": "A" * 43}) as response:
             assert response.status == 503 and response.headers["Retry-After"] == "1"
             assert (await response.json())["error"]["message"] == "the session store is unavailable"
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 10  # a breakage guard, generous on purpose: not a hang
     finally:
         await store.close()
         silent.close()

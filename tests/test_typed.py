@@ -601,5 +601,7 @@ async def test_without_msgspec_a_typed_handler_is_refused(monkeypatch):
         return {}
 
     app.add_route("GET", "/plain", plain)  # untyped handlers do not need it
-    with pytest.raises(TypeError, match=r"handler '_handler_ok' of POST /x: .*pip install 'aiorest\[typed\]'"):
+    with pytest.raises(
+        TypeError, match=r"handler '_handler_ok' of POST /x: .*pip install '\.\[typed\]' in aiorest's checkout"
+    ):
         app.add_route("POST", "/x", _handler_ok)
