@@ -17,10 +17,10 @@ four measured 2x the throughput of the usual aiopg.Pool code (../shared/PERF.md)
 The connections are our own too, one ``_Connection`` each (pgconnection.py says why).
 
 Failures are HTTP answers (the exceptions exported here are HTTPErrors, defined
-beside the connection in pgconnection.py, which raises one): pool exhausted
-past the acquire timeout and database unreachable or restarting → 503 with
+in dberrors.py with the mapping from psycopg2's): pool exhausted past the
+acquire timeout and database unreachable or restarting → 503 with
 ``Retry-After``; unique violation → 409; check, foreign-key or not-null
-violation → 422; statement timeout → 503. Connections lost with their server
+violation, or a value PostgreSQL refuses → 422; statement timeout → 503. Connections lost with their server
 are dropped quietly and replaced; one log line per burst counts them, and so
 do requests turned away because the pool was exhausted or PostgreSQL refused
 a connection.
@@ -47,17 +47,22 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg2
 import psycopg2.errors
 
-from .pgconnection import (
+from .dberrors import (
+    DISCONNECTS,
     ConstraintViolation,
     DatabaseError,
     DatabaseUnavailable,
+    InvalidValue,
+    NulCharacter,
     Params,
     PoolTimeout,
     StatementTimeout,
     UniqueViolation,
-    _connect_raw,
-    _Connection,
+    first_line,
+    locate_nul,
+    translate,
 )
+from .pgconnection import _connect_raw, _Connection
 
 if TYPE_CHECKING:
     from .app import App
@@ -71,12 +76,13 @@ __all__ = [
     "StatementTimeout",
     "UniqueViolation",
     "ConstraintViolation",
+    "InvalidValue",
+    "NulCharacter",
 ]
 
 logger = logging.getLogger("aiorest.db")
 
-_DISCONNECTS = (psycopg2.OperationalError, psycopg2.InterfaceError)
-_CONNECT_ERRORS = (*_DISCONNECTS, OSError, TimeoutError)
+_CONNECT_ERRORS = (*DISCONNECTS, OSError, TimeoutError)
 # Lost connections, and requests turned away, are logged as one line per burst:
 # a restart ends every connection within milliseconds, so the line waits
 # _REPORT_DELAY to count the burst; and at most one line per _REPORT_GAP, so a
@@ -91,25 +97,6 @@ _RECOVER_TIMEOUT = 5.0
 # this long after a failed attempt, doubling up to _RECONNECT_MAX_DELAY.
 _RECONNECT_DELAY = 0.05
 _RECONNECT_MAX_DELAY = 1.0
-
-
-def _translate(exc: BaseException) -> BaseException:
-    """The HTTP-mapped error for a psycopg2 error, or ``exc`` itself."""
-    if isinstance(exc, psycopg2.errors.UniqueViolation):
-        return UniqueViolation("conflict with an existing row", details={"constraint": exc.diag.constraint_name})
-    if isinstance(
-        exc, (psycopg2.errors.CheckViolation, psycopg2.errors.ForeignKeyViolation, psycopg2.errors.NotNullViolation)
-    ):
-        return ConstraintViolation(
-            "the data breaks a database constraint", details={"constraint": exc.diag.constraint_name}
-        )
-    if isinstance(exc, psycopg2.errors.DataError):  # a value out of range for its column, say
-        return ConstraintViolation("a value does not fit its column", details={"reason": exc.diag.message_primary})
-    if isinstance(exc, psycopg2.errors.QueryCanceled):
-        return StatementTimeout()
-    if isinstance(exc, _DISCONNECTS):
-        return DatabaseUnavailable()
-    return exc
 
 
 class _Tally:
@@ -145,10 +132,6 @@ class _Tally:
         count, self._count = self._count, 0
         reason, self._reason = self._reason, ""
         logger.warning("%s", self._message(count, reason))
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().partition("\n")[0] or type(exc).__name__
 
 
 def _plural(count: int, noun: str) -> str:
@@ -216,7 +199,7 @@ class Transaction(_Queries):
         try:
             return await self._connection.execute(sql, params, prepare=prepare)
         except psycopg2.Error as exc:
-            raise _translate(exc) from exc
+            raise translate(exc, sql) from exc
 
     async def execute_script(self, sql: str) -> None:
         """Run SQL text as is: several statements, never prepared, no parameters."""
@@ -362,9 +345,12 @@ class Database(_Queries):
 
         The pool is one of the app's contexts: it is open before the startup hooks
         run and closed after the shutdown hooks, and closed again if a later step
-        of the startup fails.
+        of the startup fails. It also adds the app's handler for NulCharacter, which
+        names the request's input that holds the NUL (an app's own handler for it,
+        added after this, replaces it).
         """
         app.state.db = self
+        app.exception_handler(NulCharacter)(locate_nul)
 
         @asynccontextmanager
         async def pool(app: App) -> AsyncIterator[None]:
@@ -564,7 +550,7 @@ class Database(_Queries):
 
         (Refusals while it restarts are the lost connections' line's story.)
         """
-        reason = _first_line(exc)
+        reason = first_line(exc)
         if any(sign in reason for sign in ("too many clients", "too many connections", "slots are reserved")):
             self._refusals.note(reason)
 
@@ -603,7 +589,7 @@ class Database(_Queries):
         if connection in self._idle:
             self._idle.remove(connection)
             self._size -= 1
-        self._losses.note(_first_line(exc))
+        self._losses.note(first_line(exc))
         self._reconnect()
 
     def _reconnect(self) -> None:
@@ -665,7 +651,7 @@ class Database(_Queries):
                 # would advance twice), so it is not.
                 if attempt == 1 and connection.broken and not connection.sent and _is_read(sql):
                     continue
-                raise _translate(exc) from exc
+                raise translate(exc, sql) from exc
             finally:
                 self._release(connection)
         raise AssertionError("unreachable")

@@ -16,9 +16,8 @@ PostgreSQL restart under load does hundreds of times. Here a socket is watched
 only by its ``_Connection`` (or by ``_connect_raw``, one wait at a time), and
 unwatched in the same step that finds the connection closed.
 
-The database errors that become HTTP answers are defined here, below the pool,
-because a connection raises one (StatementTimeout); aiorest.db exports and
-documents them, and maps psycopg2's errors to them.
+It raises two of the errors of aiorest.dberrors itself: StatementTimeout, and
+NulCharacter for a text parameter psycopg2 refuses because it holds a NUL.
 """
 
 from __future__ import annotations
@@ -34,9 +33,7 @@ import psycopg2
 import psycopg2.extensions
 import psycopg2.extras
 
-from .exceptions import HTTPConflict, HTTPServiceUnavailable, HTTPUnprocessableEntity
-
-Params = Sequence[Any] | dict[str, Any] | None
+from .dberrors import Params, StatementTimeout, nul_error
 
 _IDLE = psycopg2.extensions.TRANSACTION_STATUS_IDLE
 _POLL_OK = psycopg2.extensions.POLL_OK
@@ -46,68 +43,72 @@ _POLL_EVERY = 0.25
 # Statement texts prepared per connection; past this, a new text runs unprepared
 # (each prepared statement holds its plan in the backend for the connection's life).
 _PREPARED_MAX = 256
+# What cursor.execute raises when it refuses a statement before sending it.
+_REFUSED_BEFORE_SENDING = (ValueError, TypeError, LookupError, psycopg2.ProgrammingError)
 _PREPARABLE = re.compile(r"^\s*(select|insert|update|delete|with|values)\b", re.IGNORECASE)
-_PLACEHOLDER = re.compile(r"%%|%s")
+_PERCENT = re.compile(r"%.?", re.DOTALL)
 
 
-class DatabaseError(Exception):
-    """Base of the database errors that become HTTP answers."""
+def _substitute(sql: str, placeholder: Callable[[int], str | None]) -> tuple[str, int] | None:
+    """``sql`` formatted as psycopg2 formats it when given parameters, and the count of ``%s``.
 
-
-class DatabaseUnavailable(DatabaseError, HTTPServiceUnavailable):
-    """503: PostgreSQL cannot be reached, or the connection died mid-request."""
-
-    def __init__(self, message: str = "database unavailable") -> None:
-        super().__init__(message, retry_after=1)
-
-
-class PoolTimeout(DatabaseError, HTTPServiceUnavailable):
-    """503: every connection stayed busy for longer than the acquire timeout."""
-
-    def __init__(self, message: str = "database busy: no connection free in time") -> None:
-        super().__init__(message, retry_after=1)
-
-
-class StatementTimeout(DatabaseError, HTTPServiceUnavailable):
-    """503: a statement ran longer than the statement timeout."""
-
-    def __init__(self, message: str = "database statement timed out") -> None:
-        super().__init__(message, retry_after=1)
-
-
-class UniqueViolation(DatabaseError, HTTPConflict):
-    """409: a row with the same unique key exists."""
-
-
-class ConstraintViolation(DatabaseError, HTTPUnprocessableEntity):
-    """422: a check, foreign-key or not-null constraint refused the data."""
-
-
-def _to_dollar(sql: str) -> str | None:
-    """``%s`` placeholders as ``$1, $2…`` for PREPARE; None if the text can't be prepared."""
-    if not _PREPARABLE.match(sql) or "%(" in sql:
-        return None
+    ``%%`` becomes ``%`` and the n-th ``%s`` ``placeholder(n)``. None if
+    ``placeholder`` returns None, or the text holds any other ``%`` (``%(name)s``,
+    a lone ``%``): psycopg2 is then left to format it, or to raise its error.
+    """
     count = 0
+    failed = False
 
-    def number(match: re.Match[str]) -> str:
-        nonlocal count
+    def replace(match: re.Match[str]) -> str:
+        nonlocal count, failed
         if match.group() == "%%":
             return "%"
-        count += 1
-        return f"${count}"
+        text = None
+        if match.group() == "%s":
+            count += 1
+            text = placeholder(count)
+        if text is None:
+            failed = True
+            return ""
+        return text
 
-    return _PLACEHOLDER.sub(number, sql)
+    formatted = _PERCENT.sub(replace, sql)
+    return None if failed else (formatted, count)
 
 
-def _literals(params: Sequence[Any]) -> str | None:
-    """Integers as SQL literals, without psycopg2's adaptation (7 µs a statement, measured).
+def _to_dollar(sql: str, params: Params) -> str | None:
+    """The text to PREPARE for ``sql`` run with ``params``: ``%s`` as ``$1, $2…``; None if it can't be prepared.
 
-    Anything but int (and not bool) returns None: psycopg2 quotes it.
+    Without parameters (None) psycopg2 sends the text as it is, ``%`` and all,
+    and so does this. A text whose ``%s`` do not match the parameters one to one
+    is left to psycopg2, which says so.
     """
+    if not _PREPARABLE.match(sql):
+        return None
+    if params is None:
+        return sql
+    dollar = _substitute(sql, lambda n: f"${n}")
+    return None if dollar is None or dollar[1] != len(params) else dollar[0]
+
+
+def _integer_types(params: Params) -> str | None:
+    """The types PostgreSQL gives ``params`` written as literals, for PREPARE: ``"int4,int8"``.
+
+    ``""`` for no parameters; None unless every parameter is an int (not a bool):
+    only those are prepared, typed as psycopg2's literals are, so that a prepared
+    statement returns what the same statement unprepared returns (``SELECT %s``
+    with an untyped parameter would return text). Other types run unprepared.
+    """
+    if not params:
+        return ""
+    types = []
     for value in params:
         if type(value) is not int:
             return None
-    return ", ".join(map(str, params))
+        types.append(
+            "int4" if -0x8000_0000 <= value <= 0x7FFF_FFFF else "int8" if -(1 << 63) <= value < 1 << 63 else "numeric"
+        )
+    return ",".join(types)
 
 
 def _inline_integers(sql: str, params: Sequence[Any]) -> str | None:
@@ -115,16 +116,12 @@ def _inline_integers(sql: str, params: Sequence[Any]) -> str | None:
 
     None unless every parameter is an int and there is one ``%s`` each: psycopg2
     then adapts them (and reports a mismatch). Unprepared statements (behind a
-    pooler, say) skip its adaptation this way, as prepared ones do with _literals.
+    pooler, say) skip its adaptation this way (7 µs a statement, measured).
     """
-    if _literals(params) is None or "%(" in sql:
+    if _integer_types(params) is None:
         return None
-    values = iter(params)
-    try:
-        inlined = _PLACEHOLDER.sub(lambda match: "%" if match.group() == "%%" else _integer(next(values)), sql)
-    except StopIteration:
-        return None
-    return None if next(values, None) is not None else inlined
+    inlined = _substitute(sql, lambda n: _integer(params[n - 1]) if n <= len(params) else None)
+    return None if inlined is None or inlined[1] != len(params) else inlined[0]
 
 
 def _integer(value: int) -> str:
@@ -200,22 +197,25 @@ class _Connection:
         )
 
     async def execute(self, sql: str, params: Params = None, *, prepare: bool = True) -> Any:
-        """Run one statement; returns psycopg2's cursor, positioned on the results."""
+        """Run one statement; returns psycopg2's cursor, positioned on the results.
+
+        Prepared only without parameters or with integer ones (see _integer_types).
+        """
         if prepare and self._prepare and not isinstance(params, dict):
-            name = self._prepared.get(sql)
-            if name is None and len(self._prepared) < _PREPARED_MAX:
-                dollar = _to_dollar(sql)
-                if dollar is not None:
-                    name = f"aiorest_{len(self._prepared)}"
-                    await self._run(f"PREPARE {name} AS {dollar}", None)
-                    self._prepared[sql] = name
-            if name is not None:
-                if not params:
-                    return await self._run(f"EXECUTE {name}", None)
-                literals = _literals(params)
-                if literals is not None:
-                    return await self._run(f"EXECUTE {name} ({literals})", None)
-                return await self._run(f"EXECUTE {name} ({', '.join(['%s'] * len(params))})", params)
+            types = _integer_types(params)
+            if types is not None:
+                key = sql if params is None else (sql, types)
+                name = self._prepared.get(key)
+                if name is None and len(self._prepared) < _PREPARED_MAX:
+                    dollar = _to_dollar(sql, params)
+                    if dollar is not None:
+                        name = f"aiorest_{len(self._prepared)}"
+                        await self._run(f"PREPARE {name}{f' ({types})' if types else ''} AS {dollar}", None)
+                        self._prepared[key] = name
+                if name is not None:
+                    if not params:
+                        return await self._run(f"EXECUTE {name}", None)
+                    return await self._run(f"EXECUTE {name} ({', '.join(map(str, params))})", None)
         if params and not isinstance(params, dict):
             inlined = _inline_integers(sql, params)
             if inlined is not None:
@@ -240,6 +240,17 @@ class _Connection:
         self._check_alive()
         try:
             self._cursor.execute(sql, params)
+        except _REFUSED_BEFORE_SENDING as exc:
+            # psycopg2 could not format the statement (a parameter it cannot adapt,
+            # a NUL in a text, a placeholder miscount): nothing was sent, and the
+            # connection, and any transaction on it, is as it was.
+            if self.raw.closed:
+                self._lose(exc)
+                raise
+            error = nul_error(exc, params)
+            if error is not None:
+                raise error from exc
+            raise
         except BaseException as exc:
             self.broken = True
             if self.raw.closed:

@@ -320,7 +320,7 @@ async def exercise_inventory(module: ModuleType, client: Any) -> None:
         assert response.status == 200 and await response.json() == {"sku": "apple", "qty": 0}
     async with client.post("/stock/apple") as response:
         assert response.status == 409
-        assert (await response.json())["error"]["details"] == {"constraint": "stock_pkey"}
+        assert (await response.json())["error"]["details"] is None  # the schema's names stay on the server
     await client.post("/stock/pear")
     async with client.post("/stock/apple/move/pear") as response:
         assert response.status == 422  # qty would go below zero: the CHECK refuses it

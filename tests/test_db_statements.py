@@ -1,0 +1,119 @@
+"""aiorest.db runs a statement as psycopg2's own cursor.execute does, prepared or not.
+
+Each (sql, params) goes through a plain synchronous psycopg2 cursor, then
+through Database with prepare on, off, and as behind PgBouncer in transaction
+mode; the rows, and the Python type of every value, must be the same. A
+statement is run twice on each pool (the first run prepares it, the second
+executes the prepared statement), and the texts are run again with parameters
+of other types, which must not reuse a statement prepared for the first ones.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import uuid
+from typing import Any
+
+import psycopg2
+import psycopg2.extras
+import pytest
+
+from aiorest.db import Database
+
+NOW = datetime.datetime(2024, 2, 29, 13, 14, 15, 123456)
+STATEMENTS: list[tuple[str, Any]] = [
+    # The text is left alone without parameters, formatted with them (even empty ones).
+    ("SELECT 'sale' AS body WHERE 'on sale now' LIKE '%sale%'", None),
+    ("SELECT '100%%'", None),
+    ("SELECT '100%%'", ()),
+    ("SELECT '100%%', %s", (1,)),
+    ("SELECT '%s'", None),
+    ("SELECT %s", (5,)),
+    ("SELECT %s, %s, %s", (-5, 2**31, -(2**31))),
+    ("SELECT %s", (2**63,)),
+    ("SELECT %s + 1, %s / 2", (5, 5)),
+    ("SELECT %s", (1.5,)),
+    ("SELECT %s, %s", (float("inf"), float("nan"))),
+    ("SELECT %s / 2", (5.0,)),
+    ("SELECT %s", (decimal.Decimal("1.10"),)),
+    ("SELECT %s, %s", (True, False)),
+    ("SELECT %s", (None,)),
+    ("SELECT %s IS NULL", ("x",)),
+    ("SELECT %s || %s", ("a", "b")),
+    ("SELECT %s", ("it's 100%",)),
+    ("SELECT %s", (b"\x00\xff",)),
+    ("SELECT %s, %s, %s", (NOW.date(), NOW.time(), NOW)),
+    ("SELECT %s", (NOW.replace(tzinfo=datetime.UTC),)),
+    ("SELECT %s", (datetime.timedelta(days=1, seconds=5),)),
+    ("SELECT %s", (uuid.UUID("12345678-1234-5678-1234-567812345678"),)),
+    ("SELECT %s, %s", ([1, 2], ["a", None])),
+    ("SELECT %s::jsonb", (psycopg2.extras.Json({"a": [1, "b"]}),)),
+    ("SELECT %s::json", (psycopg2.extras.Json([1.5, None]),)),
+    ("SELECT %(x)s, %(y)s", {"x": 1, "y": "two"}),
+    ("SELECT n FROM generate_series(1, 5) AS n WHERE n > %s ORDER BY n LIMIT %s", (2, 2)),
+    ("VALUES (%s, '%%'), (%s, 'b')", (1, 2)),
+    # What psycopg2 refuses, it refuses the same way here.
+    ("SELECT 'a%b', %s", (1,)),
+    ("SELECT %s, %s", (1,)),
+    ("SELECT %s", ()),
+]
+
+
+@pytest.fixture(scope="module")
+def reference(shared_database_url: str):
+    connection = psycopg2.connect(shared_database_url)
+    connection.autocommit = True
+    psycopg2.extras.register_uuid(conn_or_curs=connection)  # as aiorest's connections do
+    yield connection
+    connection.close()
+
+
+def _typed(rows: list[tuple[Any, ...]]) -> list[list[tuple[type, Any]]]:
+    """Each value with its type; memoryviews as bytes, so that they compare; NaN as its text."""
+    return [
+        [
+            (type(value), bytes(value) if isinstance(value, memoryview) else repr(value) if value != value else value)
+            for value in row
+        ]
+        for row in rows
+    ]
+
+
+def _expected(reference, sql: str, params: Any) -> Any:
+    with reference.cursor() as cursor:
+        try:
+            cursor.execute(sql, params)
+        except Exception as exc:
+            return type(exc)
+        return _typed(cursor.fetchall())
+
+
+async def _got(db: Database, sql: str, params: Any) -> Any:
+    try:
+        return _typed(await db.fetchrows(sql, params))
+    except Exception as exc:
+        return type(exc)
+
+
+@pytest.mark.parametrize("mode", ["prepared", "unprepared", "pgbouncer-transaction"])
+async def test_statements_give_what_psycopg2_gives(shared_database_url, reference, mode: str) -> None:
+    options: dict[str, Any] = {
+        "prepared": {"prepare": True},
+        "unprepared": {"prepare": False},
+        "pgbouncer-transaction": {"pooler": "transaction"},
+    }[mode]
+    db = Database(shared_database_url, min_size=1, max_size=1, **options)
+    await db.open()
+    try:
+        for sql, params in STATEMENTS:
+            expected = _expected(reference, sql, params)
+            for attempt in ("first", "again"):
+                assert await _got(db, sql, params) == expected, (sql, params, attempt)
+        # One text, parameters of other types each time: each answer is psycopg2's.
+        for params in [(5,), ("5",), (True,), (2**40,), (None,), (5,)]:
+            assert await _got(db, "SELECT %s", params) == _expected(reference, "SELECT %s", params), params
+        async with db.transaction():  # in a transaction too
+            assert await _got(db, "SELECT %s, '%%'", (7,)) == _expected(reference, "SELECT %s, '%%'", (7,))
+    finally:
+        await db.close()
