@@ -174,13 +174,22 @@ async def test_cancelled_waiter_does_not_leak_a_connection(database_url):
 async def test_waiters_that_give_up_do_not_pile_up(database_url):
     # Waiters that time out stay queued (taking each out would scan the queue);
     # a sweep keeps them to about half the queue, and the pool serves on.
+    # The one connection is held until the four rounds are over, however slow the host.
     async with opened(database_url, acquire_timeout=0.05) as db:
-        holder = asyncio.create_task(db.fetchval("SELECT pg_sleep(0.4)"))
-        await asyncio.sleep(0.05)
+        held, done = asyncio.Event(), asyncio.Event()
+
+        async def hold() -> None:
+            async with db.connection():
+                held.set()
+                await done.wait()
+
+        holder = asyncio.create_task(hold())
+        await held.wait()
         for _ in range(4):
             results = await asyncio.gather(*(db.fetchval("SELECT 1") for _ in range(100)), return_exceptions=True)
             assert all(isinstance(result, PoolTimeout) for result in results)
         assert len(db._waiters) <= 130  # 400 gave up
+        done.set()
         await holder
         assert await db.fetchval("SELECT 2") == 2
         assert db.size == 1
