@@ -231,7 +231,7 @@ while True:
 @pytest.mark.parametrize("new_loop", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"])
 def test_a_connection_reset_with_its_last_message_fails_at_once(new_loop):
     # uvloop (libuv) stops watching such a socket without a callback: the
-    # statement in flight used to wait for its statement timeout (6 s here).
+    # statement in flight used to wait for its statement timeout.
     # The server is a process of its own: locust, imported by another test
     # module, patches this one's threads into greenlets, which uvloop never runs.
     server = subprocess.Popen([sys.executable, "-c", RESETTING_POSTGRES], stdout=subprocess.PIPE, text=True)
@@ -241,7 +241,7 @@ def test_a_connection_reset_with_its_last_message_fails_at_once(new_loop):
 
         async def query() -> float:
             # min_size=0: the pool's capacity check at open is a query this server cannot answer.
-            db = Database(url, min_size=0, max_size=1, statement_timeout=5, prepare=False)
+            db = Database(url, min_size=0, max_size=1, statement_timeout=30, prepare=False)
             await db.open()
             try:
                 began = time.monotonic()
@@ -252,7 +252,8 @@ def test_a_connection_reset_with_its_last_message_fails_at_once(new_loop):
                 await db.close()
 
         with asyncio.Runner(loop_factory=new_loop) as runner:
-            assert runner.run(query()) < 2
+            # A breakage guard, generous for a busy host: at once, not at the 30 s statement timeout.
+            assert runner.run(query()) < 15
     finally:
         server.kill()
         server.wait()

@@ -260,7 +260,7 @@ def _answer(sock: socket.socket) -> bytes:
 
 
 def test_sigterm_answers_the_slow_requests_in_flight_on_every_worker_and_exits_in_time(tmp_path):
-    with slow_app(tmp_path, "--workers", "2", "--graceful-timeout", "5") as server:
+    with slow_app(tmp_path, "--workers", "2", "--graceful-timeout", "30") as server:
         idle = _send(server.port, "/pid")
         assert _answer(idle).startswith(b"HTTP/1.1 200")  # kept alive, idle
         slow = [_send(server.port, "/slow?s=1.5") for _ in range(8)]
@@ -271,13 +271,14 @@ def test_sigterm_answers_the_slow_requests_in_flight_on_every_worker_and_exits_i
         idle.sendall(b"GET /pid HTTP/1.1\r\nHost: x\r\n\r\n")  # on a connection idle when the signal came
         heads = [_answer(sock) for sock in [idle, *slow]]
         assert all(head.startswith(b"HTTP/1.1 200") and b"Connection: close" in head for head in heads), heads
-        assert server.process.wait(10) == 0
+        assert server.process.wait(40) == 0
         took = time.monotonic() - began
         for sock in [idle, *slow]:
             assert sock.recv(1) == b""  # closed once answered
             sock.close()
-    # The slow requests need 1 s more; idle connections are kept 2 s: well within the 5 s grace.
-    assert took < 3.5, took
+    # The slow requests need 1 s more; idle connections are kept 2 s. A breakage guard, generous
+    # for a busy host: the server exits once they are answered, not at the end of its 30 s grace.
+    assert took < 15, took
     assert " ERROR " not in server.log(), server.log()
 
 
@@ -291,7 +292,9 @@ def test_sigterm_with_a_request_longer_than_the_grace_period_exits_in_time(tmp_p
         with pytest.raises(ConnectionError):
             _answer(stuck)
         stuck.close()
-    assert took < 2.5, took
+    # A breakage guard, generous for a busy host: the workers stop at the 1 s grace, not at the
+    # parent's SIGKILL (grace + 10 s) nor at the end of the 30 s request.
+    assert took < 8, took
 
 
 async def test_stop_answers_the_connections_waiting_in_the_listen_backlog():
@@ -343,8 +346,9 @@ def test_sigterm_right_after_a_worker_is_forked_stops_it_at_once(tmp_path):
         assert server.stop(timeout=20) == 0
         took = time.monotonic() - began
         log = server.log()
-    # Not left serving until the parent's SIGKILL (--graceful-timeout + 10 s).
-    assert took < 5, log
+    # Not left serving until the parent's SIGKILL (--graceful-timeout + 10 s = 11 s); a breakage
+    # guard, generous for a busy host.
+    assert took < 9, log
     assert " ERROR " not in log and "SIGKILL" not in log, log
 
 
