@@ -78,6 +78,7 @@ class HttpProtocol(HandlerDriver, RequestReader, asyncio.Protocol):
         self._expect_continue = False
         self._connection_header = False
         self._has_host = False
+        self._checked_host = b""  # valid (RFC 3986: a reg-name may be empty)
         self._transfer_encoding: bytes | None = None
         self._framing = False  # one of the four above was sent: on_headers_complete's general path
         # Limits read for every request, kept here (one attribute lookup, not two).

@@ -512,6 +512,87 @@ async def test_missing_host_on_http11_is_400(app):
 
 
 @pytest.mark.parametrize(
+    "hosts",
+    [
+        b"Host: a\r\nHost: a\r\n",
+        b"Host: a\r\nhost: b\r\n",
+        b"Host: a b\r\n",
+        b"Host: a/b\r\n",
+        b"Host: a@b\r\n",
+        b"Host: a:b\r\n",
+        b"Host: a:80:80\r\n",
+        b"Host: [::1\r\n",
+        b"Host: [zz::1]\r\n",
+        b"Host: ::1\r\n",
+        b"Host: %zz\r\n",
+        b"Host: \xe9x.com\r\n",
+    ],
+    ids=[
+        "twice",
+        "twice-other-case",
+        "space",
+        "slash",
+        "userinfo",
+        "bad-port",
+        "two-ports",
+        "open-bracket",
+        "bad-ipv6",
+        "bare-ipv6",
+        "bad-pct",
+        "non-ascii",
+    ],
+)
+@pytest.mark.parametrize("version", [b"1.1", b"1.0"])
+async def test_two_host_lines_or_a_host_that_is_not_a_host_get_400_and_close(app, hosts, version):
+    conn = Connection(app)
+    conn.feed(b"GET /json HTTP/" + version + b"\r\n" + hosts + b"\r\n" + GET_JSON)
+    [response] = await conn.responses(1)
+    await asyncio.sleep(0.02)
+    assert response.status == 400 and b"Host" in response.body
+    assert response.header("connection") == "close"
+    assert len(parse_responses(conn.transport.data)[0]) == 1  # nothing after it is read
+    assert conn.transport.closed
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        b"",
+        b"example.com",
+        b"example.com:8080",
+        b"127.0.0.1:80",
+        b"[::1]:8080",
+        b"[v1.fe]",
+        b"a_b~c!$&'()*+,;=",
+        b"ex%41mple",
+        b"x:",
+        b"x   ",
+    ],
+    ids=["empty", "name", "name-port", "ipv4", "ipv6", "ipvfuture", "sub-delims", "pct", "empty-port", "ows"],
+)
+async def test_a_valid_host_of_any_rfc_3986_form_is_served(app, host):
+    conn = Connection(app)
+    conn.feed(b"GET /json HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")
+    [response] = await conn.responses(1)
+    assert response.status == 200 and not conn.transport.closed
+
+
+async def test_a_host_is_checked_on_every_request_of_a_connection(app):
+    conn = Connection(app)
+    conn.feed(GET_JSON + b"GET /json HTTP/1.1\r\nHost: a b\r\n\r\n")
+    responses = await conn.responses(2)
+    assert [r.status for r in responses] == [200, 400]
+    assert conn.transport.closed
+
+
+async def test_http10_without_host_is_served(app):
+    conn = Connection(app)
+    conn.feed(b"GET /json HTTP/1.0\r\n\r\n")
+    [response] = await conn.responses(1)
+    assert response.status == 200
+
+
+@pytest.mark.parametrize(
     ("codings", "status"),
     [
         # RFC 9112, 6.3: a last coding that is not chunked leaves the body's length unknown: 400
