@@ -394,13 +394,45 @@ async def test_body_beyond_the_buffer_pauses_reading_until_the_handler_reads(app
     for _ in range(5):
         conn.feed(b"x" * 500)
     assert conn.transport.paused
+    response = await release_and_send_the_rest(conn, release)
+    assert response.body == b'{"received":5000}'
+
+
+async def release_and_send_the_rest(conn: Connection, release: asyncio.Event) -> RawResponse:
+    """The handler reads on: reading resumes, the other half of the 5000-byte body comes, and the answer."""
     release.set()
     await asyncio.sleep(0.01)
     assert not conn.transport.paused
     for _ in range(5):
         conn.feed(b"x" * 500)
     [response] = await conn.responses(1)
-    assert response.body == b'{"received":5000}'
+    return response
+
+
+async def test_a_body_the_server_stopped_reading_is_not_timed_out_until_reading_resumes(app):
+    # The client is not late when the server is the one not reading (a handler busy, or in the admission queue).
+    release = asyncio.Event()
+    received = []
+
+    async def reads_then_pauses(request: Request) -> dict[str, int]:
+        chunks = request.stream()
+        received.append(len(await chunks.__anext__()))  # the body's clock runs while it waits
+        await release.wait()
+        async for chunk in chunks:
+            received.append(len(chunk))
+        return {"received": sum(received)}
+
+    limits = Limits(body_buffer=1000, max_body_size=100_000, body_timeout=10)
+    conn = await one_route("POST", "/upload", reads_then_pauses, limits)
+    conn.feed(b"POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n")
+    await asyncio.sleep(0.01)
+    for _ in range(5):
+        conn.feed(b"x" * 500)
+        await asyncio.sleep(0)
+    assert conn.transport.paused
+    conn.protocol.check_deadline(1011.0)
+    response = await release_and_send_the_rest(conn, release)
+    assert response.status == 200 and response.body == b'{"received":5000}'
 
 
 async def test_a_request_parsed_after_reading_resumed_does_not_see_the_last_handlers_context():
