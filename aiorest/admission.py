@@ -7,6 +7,13 @@ next ``max_queue`` requests wait, first come first served, at most
 ``queue_timeout`` seconds each; the others are answered at once with 503 and
 ``Retry-After`` (HTTPServiceUnavailable), in the usual JSON error shape.
 
+A request takes its slot once its body is in (``Request.buffer_body``: all of
+it, or the first ``Limits.body_buffer`` bytes of a larger one), not when its
+head arrives: clients that send their bodies slowly would otherwise hold every
+slot while the server waits for them, and every other request would get 503.
+Waiting for a body costs a connection and at most ``body_buffer`` bytes, both
+bounded already, and ``body_timeout`` ends a body that stalls.
+
 The gate is a layer (see ``App.startup``) wrapped around each route's
 endpoint, outside the middleware, when the server starts: with no gate the
 endpoints are what they were, so it costs nothing when off. Requests that no
@@ -153,6 +160,8 @@ class _Gated:
         self.endpoint = endpoint
 
     async def __call__(self, request: Request) -> Any:
+        # The body first, holding no slot: a client sending it slowly must not keep others out.
+        await request.buffer_body()
         gate = self.gate
         if gate.running < gate.max_concurrency and not gate._waiters:
             gate.running += 1

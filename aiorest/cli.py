@@ -169,7 +169,8 @@ def _flag(text: str) -> bool:
 def _add_production_options(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--max-concurrency", type=int, default=_env("AIOREST_MAX_CONCURRENCY", int),
-        help="handlers running at most per worker; past it requests wait, then 503 (default off)",
+        help="handlers running at most per worker; past it requests wait, then 503 (default off);"
+        " a request takes its slot once its body is in (up to the body buffer), so slow uploads hold none",
     )  # fmt: skip
     run.add_argument(
         "--max-queue", type=int, default=_env("AIOREST_MAX_QUEUE", int),

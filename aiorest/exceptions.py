@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from http import HTTPStatus
 from typing import Any
 
-from .datastructures import _check_header
+from .datastructures import _TCHAR, _check_header
 
 __all__ = [
     "HTTPError",
@@ -145,13 +145,23 @@ class HTTPNotFound(HTTPError):
 
 
 class HTTPMethodNotAllowed(HTTPError):
-    """405; ``allowed`` becomes the ``Allow`` header."""
+    """405; ``allowed`` (method names, or one as a string) becomes the ``Allow`` header."""
 
     status = 405
 
-    def __init__(self, allowed: Iterable[str], message: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, allowed: Iterable[str] | str, message: str | None = None, **kwargs: Any) -> None:
+        if isinstance(allowed, str):
+            allowed = (allowed,)  # one method, not its letters
+        elif isinstance(allowed, (bytes, bytearray, memoryview)):
+            raise TypeError("HTTPMethodNotAllowed takes method names as str, not bytes")
+        methods = set(allowed)
+        for method in methods:
+            if not isinstance(method, str):
+                raise TypeError(f"HTTPMethodNotAllowed takes method names as str, got {method!r}")
+            if not method or not _TCHAR.issuperset(method):
+                raise ValueError(f"{method!r} is not a method name (RFC 9110, 9.1: a token)")
         super().__init__(message, **kwargs)
-        self.allowed = sorted(set(allowed))
+        self.allowed = sorted(methods)
         self.headers["Allow"] = ", ".join(self.allowed)
 
 

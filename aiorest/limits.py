@@ -26,8 +26,10 @@ class Limits:
                                 the connection opens or the head's first byte arrives
                                 on a kept-alive connection; then close (408 if a
                                 partial head came)
-    ``body_timeout``            seconds without progress while a handler waits for
-                                the body; then 408 and close
+    ``body_timeout``            seconds without progress while a handler (or the
+                                admission gate) waits for the body, not counting
+                                while the server itself stopped reading; then 408
+                                and close
     ``keepalive_timeout``       seconds an idle kept-alive connection stays open; keep it
                                 longer than a proxy's (nginx: 75 s)
     ``max_connections``         open connections; past it, a new one's first request

@@ -19,6 +19,7 @@ per request. What a connection is doing decides which one applies:
     a head is arriving, nothing in flight  -> head_timeout from its first byte
                                               (or from accept): 408 or close
     a handler waits for body bytes         -> body_timeout without progress: 408
+    (or the admission gate does)              (not while reading is paused: the wait is ours)
     kept alive, nothing in flight          -> keepalive_timeout: close
 """
 
@@ -78,6 +79,7 @@ class HttpProtocol(HandlerDriver, RequestReader, asyncio.Protocol):
         self._expect_continue = False
         self._connection_header = False
         self._has_host = False
+        self._checked_host = b""  # valid (RFC 3986: a reg-name may be empty)
         self._transfer_encoding: bytes | None = None
         self._framing = False  # one of the four above was sent: on_headers_complete's general path
         # Limits read for every request, kept here (one attribute lookup, not two).
@@ -296,6 +298,10 @@ class HttpProtocol(HandlerDriver, RequestReader, asyncio.Protocol):
         """A handler waits for body bytes: the body deadline runs."""
         self._body_since = self._state.now
 
+    def body_paused(self) -> bool:
+        """Whether reading is paused: no more body comes until a handler takes some (or the queue shrinks)."""
+        return self._reading_paused
+
     def send_continue(self) -> None:
         """Tell a client that sent ``Expect: 100-continue`` to send its body."""
         if self.transport is not None and not self._closed:
@@ -314,6 +320,8 @@ class HttpProtocol(HandlerDriver, RequestReader, asyncio.Protocol):
             and self._buffered_body <= self._limits.body_buffer
         ):
             self._reading_paused = False
+            if self._body_since:  # the body's clock stood still while the server did not read
+                self._body_since = self._state.now
             if self._pending_data is not None:
                 # Parse what is left of the last read before reading more; not
                 # from here, which may be inside a handler reading its body.
@@ -348,7 +356,7 @@ class HttpProtocol(HandlerDriver, RequestReader, asyncio.Protocol):
                         self._close()
             elif now - self._idle_since > limits.keepalive_timeout:
                 self._close()
-        elif self._body_since and now - self._body_since > limits.body_timeout:
+        elif self._body_since and not self._reading_paused and now - self._body_since > limits.body_timeout:
             self._body_since = 0.0
             receiving = self._receiving
             if receiving is not None:

@@ -15,7 +15,9 @@ on the connection itself: the state below is the connection's, set in its
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import re
 from collections import deque
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -43,6 +45,19 @@ _METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELE
 _FRAMING_SIZES = frozenset({len(b"content-length"), len(b"connection"), len(b"expect"), len(b"transfer-encoding")})
 _PERCENT = ord("%")  # `int in bytes` tests one byte; `bytes in bytes` first tries an int, at a cost
 _new_object = object.__new__
+
+# RFC 9112, 3.2: one Host line, whose value is RFC 9110's  Host = uri-host [ ":" port ],  from RFC 3986, 3.2.2:
+#   host       = IP-literal / IPv4address / reg-name     (an IPv4address is also a reg-name)
+#   IP-literal = "[" ( IPv6address / IPvFuture ) "]"
+#   IPvFuture  = "v" 1*HEXDIG "." 1*( unreserved / sub-delims / ":" )
+#   reg-name   = *( unreserved / pct-encoded / sub-delims )
+#   port       = *DIGIT
+# llhttp leaves the trailing OWS on a value: allowed after it.
+_REG_CHARS = rb"A-Za-z0-9\-._~!$&'()*+,;="
+_HOST = re.compile(
+    rb"(?:(?:[%s]|%%[0-9A-Fa-f]{2})*|\[(?:([0-9A-Fa-f:.]+)|v[0-9A-Fa-f]+\.[%s:]+)\])(?::[0-9]*)?[ \t]*"
+    % (_REG_CHARS, _REG_CHARS)
+)
 
 if TYPE_CHECKING:
     from .driving import ServedApp
@@ -80,6 +95,7 @@ class RequestReader:
     _raw_headers: list[tuple[bytes, bytes]]
     _header_bytes: int
     _has_host: bool
+    _checked_host: bytes  # the last Host value found valid on this connection
     _framing: bool  # one of the four below was sent: on_headers_complete's general path
     _content_length: int | None
     _expect_continue: bool
@@ -101,6 +117,7 @@ class RequestReader:
         def _pause_reading(self) -> None: ...
         def body_consumed(self, size: int) -> None: ...
         def body_wait(self) -> None: ...
+        def body_paused(self) -> bool: ...
         def send_continue(self) -> None: ...
 
     def _parse_error(self, exc: Exception) -> None:
@@ -138,9 +155,22 @@ class RequestReader:
         # Cheap length tests first: most headers are none of these.
         if size == 4:
             if name == b"Host" or name.lower() == b"host":  # as most clients spell it: no lower()
+                # A connection's client sends the same Host each time: checked once.
+                if self._has_host or value != self._checked_host:
+                    self._check_host(value)
                 self._has_host = True
         elif size in _FRAMING_SIZES:
             self._framing_header(name.lower(), value)
+
+    def _check_host(self, value: bytes) -> None:
+        """RFC 9112, 3.2: a second Host line, or a Host that is not a host, is a 400."""
+        if self._has_host:
+            raise _ParseAbort(HTTPBadRequest("more than one Host header"))
+        found = _HOST.fullmatch(value)
+        if found is None or (found[1] is not None and not _is_ipv6(found[1])):
+            shown = value[:64].decode("latin-1")
+            raise _ParseAbort(HTTPBadRequest(f"the Host header {shown!r} is not a valid host[:port]"))
+        self._checked_host = value
 
     def _framing_header(self, name: bytes, value: bytes) -> None:
         """A header that changes how the request is framed or answered."""
@@ -358,3 +388,11 @@ class RequestReader:
     def _is_head(self, method_known: bool) -> bool:
         """Whether the head being parsed is a HEAD request's, as far as the parser got."""
         return method_known and self._parser.get_method() == b"HEAD"
+
+
+def _is_ipv6(text: bytes) -> bool:
+    try:
+        ipaddress.IPv6Address(text.decode("ascii"))
+    except ValueError:
+        return False
+    return True

@@ -57,6 +57,9 @@ class BodySource(Protocol):
     def body_wait(self) -> None:
         """A handler waits for body bytes (the body deadline runs)."""
 
+    def body_paused(self) -> bool:
+        """Whether the server reads no more of the body until a handler takes some out."""
+
     def send_continue(self) -> None:
         """Send ``100 Continue`` to a client that asked for it."""
 
@@ -328,16 +331,36 @@ class Request:
                 return None
             if self._protocol is None:
                 raise ClientDisconnected("the request body is no longer available")
-            if self._expect_continue:
-                self._expect_continue = False
-                self._protocol.send_continue()
-            self._protocol.body_wait()
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiter = waiter
             try:
-                await waiter
+                await self._more_body(self._protocol)
             finally:
                 self._waiter = None
+
+    async def buffer_body(self) -> None:
+        """Wait, taking nothing out of it, until the body is in the server's buffer:
+        all of it, or as much as the server buffers before it stops reading
+        (``Limits.body_buffer``); or until it fails (the error is raised by
+        :meth:`read` or :meth:`stream`). Returns at once for a request without a body.
+
+        The admission gate waits here before it gives a request a handler slot,
+        so that a client sending its body slowly holds no slot meanwhile.
+        """
+        protocol = self._protocol
+        while not self._body_done and protocol is not None and not protocol.body_paused():
+            try:
+                await self._more_body(protocol)
+            finally:
+                self._waiter = None
+            protocol = self._protocol
+
+    def _more_body(self, protocol: BodySource) -> asyncio.Future[None]:
+        """What wakes when more of the body arrives (its end, an error); asks for it if the client waits for 100."""
+        if self._expect_continue:
+            self._expect_continue = False
+            protocol.send_continue()
+        protocol.body_wait()
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        return waiter
 
     # -- fed by the protocol ---------------------------------------------------
 

@@ -12,10 +12,11 @@ import aiohttp
 import psycopg2
 import pytest
 
-from aiorest import App, Server
+from aiorest import App, Limits, Server
 from aiorest.admission import Admission
 from aiorest.db import Database
 from load.prod_admission import measure
+from tests.rawhttp import read_responses
 
 
 @asynccontextmanager
@@ -155,6 +156,76 @@ async def test_a_cancelled_waiter_leaves_the_queue_and_a_slot_is_never_lost():
         assert (await get(session, "/block/2"))[0] == 200
         assert gate.running == 0
         assert started == [0, 2]
+
+
+def upload_app() -> App:
+    app = App()
+
+    @app.post("/upload")
+    async def upload(request):
+        return {"length": len(await request.read())}
+
+    @app.get("/ok")
+    async def ok(request):
+        return {"ok": True}
+
+    return app
+
+
+async def open_slow_upload(
+    port: int, length: int, head: bytes = b""
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection that sent the head of a POST /upload and the first byte of its body."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n%s\r\nx" % (length, head))
+    await writer.drain()
+    return reader, writer
+
+
+async def test_clients_sending_their_bodies_slowly_hold_no_slot_and_others_are_served():
+    # Issue 27, 9: each slow body held a slot from its head on, and every other request got 503.
+    async with serving(upload_app(), max_concurrency=2, max_queue=1) as (server, session):
+        gate = server.admission
+        assert gate is not None
+        slow = [await open_slow_upload(server.port, 10) for _ in range(4)]  # more than the slots and the queue
+        for _ in range(3):  # the bodies go on arriving, a byte at a time, while others ask
+            await asyncio.sleep(0.1)
+            for _, writer in slow:
+                writer.write(b"x")
+            assert (await get(session, "/ok"))[0] == 200
+        assert gate.running == 0 and gate.queued == 0
+        for _, writer in slow:  # the rest of each body: each is served in its turn
+            writer.write(b"x" * 6)
+        for reader, writer in slow:
+            [response], _ = await read_responses(reader, 1)
+            assert response.status == 200 and response.body == b'{"length":10}'
+            writer.close()
+        assert gate.rejected == {"queue_full": 0, "queue_timeout": 0}
+
+
+async def test_behind_the_gate_a_body_larger_than_the_buffer_and_one_after_100_continue_are_read():
+    limits = Limits(body_buffer=16 * 1024)
+    async with serving(upload_app(), max_concurrency=1, limits=limits) as (server, session):
+        async with session.post("/upload", data=b"y" * 200_000) as response:
+            assert response.status == 200 and (await response.json()) == {"length": 200_000}
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n")
+        assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(b"abc")
+        [response], _ = await read_responses(reader, 1)
+        assert response.status == 200 and response.body == b'{"length":3}'
+        writer.close()
+
+
+async def test_a_body_that_stalls_before_the_gate_gets_408():
+    limits = Limits(body_timeout=0.5)
+    async with serving(upload_app(), max_concurrency=1, limits=limits) as (server, session):
+        reader, writer = await open_slow_upload(server.port, 10)
+        [response], closed = await read_responses(reader, 1)
+        writer.close()
+        assert response.status == 408 and closed
+        assert server.admission is not None and server.admission.running == 0
+        assert (await get(session, "/ok"))[0] == 200
 
 
 def test_options_are_checked():

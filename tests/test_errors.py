@@ -114,6 +114,25 @@ async def test_error_headers_are_sent(aiorest_client, exc, status, header, value
         assert (await response.json())["error"]["status"] == status
 
 
+async def test_a_method_not_allowed_given_one_method_as_a_string_allows_that_method(aiorest_client):
+    # A str is one method: its letters would have made "Allow: E, G, T".
+    client = await aiorest_client(raising(HTTPMethodNotAllowed("GET")))
+    async with client.get("/raise") as response:
+        assert response.status == 405
+        assert response.headers["Allow"] == "GET"
+    assert HTTPMethodNotAllowed("PATCH").allowed == ["PATCH"]
+
+
+@pytest.mark.parametrize(
+    ("allowed", "error"),
+    [(b"GET", TypeError), ([b"GET"], TypeError), ([1], TypeError), (["G ET"], ValueError), ([""], ValueError)],
+    ids=["bytes", "bytes-in-a-list", "int", "not-a-token", "empty"],
+)
+def test_a_method_not_allowed_refuses_what_is_not_a_method_name(allowed, error):
+    with pytest.raises(error, match="method"):
+        HTTPMethodNotAllowed(allowed)
+
+
 @pytest.mark.parametrize(
     "headers",
     [{"X-Tag": "a\r\nX-Injected: yes"}, {"X-Tag": "a\nb"}, {"X-Tag": "\x00"}, {"X-Tag": "5 €"}, {"Bad Name": "v"}],

@@ -394,13 +394,45 @@ async def test_body_beyond_the_buffer_pauses_reading_until_the_handler_reads(app
     for _ in range(5):
         conn.feed(b"x" * 500)
     assert conn.transport.paused
+    response = await release_and_send_the_rest(conn, release)
+    assert response.body == b'{"received":5000}'
+
+
+async def release_and_send_the_rest(conn: Connection, release: asyncio.Event) -> RawResponse:
+    """The handler reads on: reading resumes, the other half of the 5000-byte body comes, and the answer."""
     release.set()
     await asyncio.sleep(0.01)
     assert not conn.transport.paused
     for _ in range(5):
         conn.feed(b"x" * 500)
     [response] = await conn.responses(1)
-    assert response.body == b'{"received":5000}'
+    return response
+
+
+async def test_a_body_the_server_stopped_reading_is_not_timed_out_until_reading_resumes(app):
+    # The client is not late when the server is the one not reading (a handler busy, or in the admission queue).
+    release = asyncio.Event()
+    received = []
+
+    async def reads_then_pauses(request: Request) -> dict[str, int]:
+        chunks = request.stream()
+        received.append(len(await chunks.__anext__()))  # the body's clock runs while it waits
+        await release.wait()
+        async for chunk in chunks:
+            received.append(len(chunk))
+        return {"received": sum(received)}
+
+    limits = Limits(body_buffer=1000, max_body_size=100_000, body_timeout=10)
+    conn = await one_route("POST", "/upload", reads_then_pauses, limits)
+    conn.feed(b"POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n")
+    await asyncio.sleep(0.01)
+    for _ in range(5):
+        conn.feed(b"x" * 500)
+        await asyncio.sleep(0)
+    assert conn.transport.paused
+    conn.protocol.check_deadline(1011.0)
+    response = await release_and_send_the_rest(conn, release)
+    assert response.status == 200 and response.body == b'{"received":5000}'
 
 
 async def test_a_request_parsed_after_reading_resumed_does_not_see_the_last_handlers_context():
@@ -509,6 +541,87 @@ async def test_missing_host_on_http11_is_400(app):
     [response] = await conn.responses(1)
     assert response.status == 400 and b"Host" in response.body
     assert conn.transport.closed
+
+
+@pytest.mark.parametrize(
+    "hosts",
+    [
+        b"Host: a\r\nHost: a\r\n",
+        b"Host: a\r\nhost: b\r\n",
+        b"Host: a b\r\n",
+        b"Host: a/b\r\n",
+        b"Host: a@b\r\n",
+        b"Host: a:b\r\n",
+        b"Host: a:80:80\r\n",
+        b"Host: [::1\r\n",
+        b"Host: [zz::1]\r\n",
+        b"Host: ::1\r\n",
+        b"Host: %zz\r\n",
+        b"Host: \xe9x.com\r\n",
+    ],
+    ids=[
+        "twice",
+        "twice-other-case",
+        "space",
+        "slash",
+        "userinfo",
+        "bad-port",
+        "two-ports",
+        "open-bracket",
+        "bad-ipv6",
+        "bare-ipv6",
+        "bad-pct",
+        "non-ascii",
+    ],
+)
+@pytest.mark.parametrize("version", [b"1.1", b"1.0"])
+async def test_two_host_lines_or_a_host_that_is_not_a_host_get_400_and_close(app, hosts, version):
+    conn = Connection(app)
+    conn.feed(b"GET /json HTTP/" + version + b"\r\n" + hosts + b"\r\n" + GET_JSON)
+    [response] = await conn.responses(1)
+    await asyncio.sleep(0.02)
+    assert response.status == 400 and b"Host" in response.body
+    assert response.header("connection") == "close"
+    assert len(parse_responses(conn.transport.data)[0]) == 1  # nothing after it is read
+    assert conn.transport.closed
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        b"",
+        b"example.com",
+        b"example.com:8080",
+        b"127.0.0.1:80",
+        b"[::1]:8080",
+        b"[v1.fe]",
+        b"a_b~c!$&'()*+,;=",
+        b"ex%41mple",
+        b"x:",
+        b"x   ",
+    ],
+    ids=["empty", "name", "name-port", "ipv4", "ipv6", "ipvfuture", "sub-delims", "pct", "empty-port", "ows"],
+)
+async def test_a_valid_host_of_any_rfc_3986_form_is_served(app, host):
+    conn = Connection(app)
+    conn.feed(b"GET /json HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")
+    [response] = await conn.responses(1)
+    assert response.status == 200 and not conn.transport.closed
+
+
+async def test_a_host_is_checked_on_every_request_of_a_connection(app):
+    conn = Connection(app)
+    conn.feed(GET_JSON + b"GET /json HTTP/1.1\r\nHost: a b\r\n\r\n")
+    responses = await conn.responses(2)
+    assert [r.status for r in responses] == [200, 400]
+    assert conn.transport.closed
+
+
+async def test_http10_without_host_is_served(app):
+    conn = Connection(app)
+    conn.feed(b"GET /json HTTP/1.0\r\n\r\n")
+    [response] = await conn.responses(1)
+    assert response.status == 200
 
 
 @pytest.mark.parametrize(

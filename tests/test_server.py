@@ -345,3 +345,11 @@ async def test_garbage_on_the_wire_gets_400_and_a_clean_close(server):
     srv = await server()
     responses, closed = await exchange(srv.port, b"\x00\x01\x02 not http\r\n\r\n")
     assert responses[0].status == 400 and closed
+
+
+async def test_two_host_headers_over_a_socket_get_400_and_a_close(server):
+    # RFC 9112, 3.2; before, the first was served and the second ignored by request.host
+    srv = await server()
+    responses, closed = await exchange(srv.port, b"GET /json HTTP/1.1\r\nHost: a\r\nHost: evil\r\n\r\n" + GET_JSON)
+    assert [r.status for r in responses] == [400] and closed
+    assert b"more than one Host header" in responses[0].body
