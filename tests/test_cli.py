@@ -235,7 +235,9 @@ async def test_a_failing_startup_exits_1_with_one_error_line_and_leaves_nothing_
     errors = [line for line in text.splitlines() if " ERROR " in line]
     assert len(errors) == 1, text
     assert 'DuplicateTable: relation "world" already exists' in errors[0], text
-    assert "(raised in the startup hook " in errors[0] and ".create_world)" in errors[0], text
+    # The error's notes, in one parenthesis: where PostgreSQL refused it, then which hook raised it.
+    assert "(SQLSTATE 42P07 in the statement: CREATE TABLE world" in errors[0], text
+    assert "; raised in the startup hook " in errors[0] and errors[0].endswith(".create_world)"), text
     assert not [noise for noise in NOISE if noise in text], text
     await wait_for_no_backends(database_url, "failing-startup")
 

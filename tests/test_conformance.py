@@ -401,14 +401,18 @@ def test_create_validation_is_422_with_where_and_what(server, owner, body, detai
         assert problem["message"].startswith(details[1]), problem
 
 
-def test_bad_json_is_400_and_another_media_type_415(server, owner):
+def test_bad_json_is_400_and_another_media_type_or_none_415(server, owner):
     invalid = call(server, "POST", "/notes", b"{oops", {"Content-Type": JSON, **owner.bearer})
     assert invalid.status == 400
     assert invalid.json()["error"]["message"].startswith("request body is not valid JSON: ")
     empty = call(server, "POST", "/notes", b"", {"Content-Type": JSON, **owner.bearer})
-    assert empty.json() == error(400, "request body is empty; expected JSON")
-    text = call(server, "POST", "/notes", b"title=x", {"Content-Type": "text/plain", **owner.bearer})
-    assert text.json() == error(415, "expected a JSON body (application/json), got text/plain")
+    message = "request body is empty; expected JSON"
+    assert empty.json() == error(400, message, [{"location": "body", "message": message}])
+    for content_type, got in [("text/plain", "text/plain"), (None, "no Content-Type")]:
+        headers = {**owner.bearer, **({"Content-Type": content_type} if content_type else {})}
+        other = call(server, "POST", "/notes", b'{"title": "x"}', headers)
+        problem = {"location": "header.content-type", "message": f"expected application/json, got {got}"}
+        assert other.json() == error(415, f"expected a JSON body (application/json), got {got}", [problem])
 
 
 def test_unknown_path_is_404_and_wrong_method_405(server):

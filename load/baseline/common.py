@@ -107,16 +107,26 @@ def dumps(obj: Any) -> str:
 
 
 def parse_json_body(content_type: str | None, body: bytes) -> Any:
-    """The request body as JSON, with aiorest's 415 and 400 answers (``Request.json``)."""
+    """The request body as JSON, with the 415 and 400 answers of aiorest's typed handlers.
+
+    A body with no Content-Type is refused as another type is: a browser sends
+    either cross-site without a CORS preflight.
+    """
     media_type = (content_type or "").partition(";")[0].strip().lower()
-    if media_type and media_type != JSON_TYPE and not media_type.endswith("+json"):
-        raise ApiError(415, f"expected a JSON body (application/json), got {media_type}")
+    if media_type != JSON_TYPE and not media_type.endswith("+json") and (media_type or body):
+        got = media_type or "no Content-Type"
+        problem = {"location": "header.content-type", "message": f"expected application/json, got {got}"}
+        raise ApiError(415, f"expected a JSON body (application/json), got {got}", details=[problem])
     if not body:
-        raise ApiError(400, "request body is empty; expected JSON")
+        raise _bad_body("request body is empty; expected JSON")
     try:
         return json.loads(body.decode("utf-8"))
     except ValueError as exc:  # UnicodeDecodeError is a ValueError
-        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+        raise _bad_body(f"request body is not valid JSON: {exc}") from None
+
+
+def _bad_body(message: str) -> ApiError:
+    return ApiError(400, message, details=[{"location": "body", "message": message}])
 
 
 # -- the blocking pool -------------------------------------------------------------
