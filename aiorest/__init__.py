@@ -1,17 +1,24 @@
-"""aiorest: an asyncio HTTP/1.1 REST microframework with its own server."""
+"""aiorest: an asyncio HTTP/1.1 REST microframework with its own server.
 
-from .app.application import App, ExceptionHandler, Hook, Lifespan, Middleware
+Imported from the public paths (the shims among them), so that ``import aiorest`` also binds
+``aiorest.exceptions``, ``aiorest.sessions`` and the others as before.
+"""
+
+from .app import App, ExceptionHandler, Hook, Lifespan, Middleware
+from .compression import Compression, Decompression
+from .cors import CORS
+from .exceptions import *  # noqa: F403
+from .exceptions import __all__ as _exceptions_all
 from .http.datastructures import Headers, MultiDict, State
-from .http.exceptions import *  # noqa: F403
-from .http.exceptions import __all__ as _exceptions_all
-from .http.jsoncodec import JSONCodec
 from .http.limits import Limits
 from .http.request import Request
 from .http.requestid import request_id
 from .http.response import JSONResponse, Response, StreamResponse
-from .middleware.compression import Compression, Decompression
-from .middleware.cors import CORS
-from .middleware.sessions.middleware import (
+from .jsoncodec import JSONCodec
+from .routing import Handler, NoMatchFound, Route, RouteOptions, Router
+from .routing.convertors import Convertor
+from .server import Server, run
+from .sessions import (
     CookieStore,
     PostgresStore,
     RedisStore,
@@ -19,10 +26,7 @@ from .middleware.sessions.middleware import (
     SessionMiddleware,
     SessionStore,
 )
-from .routing.convertors import Convertor
-from .routing.route import Handler, NoMatchFound, Route, RouteOptions, Router
-from .server.server import Server, run
-from .typed.declare import Body, Cookie, Header, Query
+from .typed import Body, Cookie, Header, Query
 
 __version__ = "0.1.0"
 
