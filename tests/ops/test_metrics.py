@@ -19,13 +19,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from aiorest import App, HTTPConflict, Server
 from aiorest.db import Database
-from tests.test_admission import serving as admission_serving
+from tests.ops.test_admission import serving as admission_serving
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def serving(app: App, **options: Any) -> AbstractAsyncContextManager[tuple[Server, aiohttp.ClientSession]]:
-    """tests.test_admission's server and client, with the metrics on."""
+    """tests.ops.test_admission's server and client, with the metrics on."""
     return admission_serving(app, metrics=True, **options)
 
 

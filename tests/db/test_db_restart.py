@@ -31,7 +31,7 @@ from aiorest.testing import TestClient
 from bench.process import free_port
 from tests.wire import get, read_response
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 POOL = 8
 APP = f"""
 from aiorest import App

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_conformance import COMMANDS, ROOT, Server, _free_port, _stop, _wait_until_serving
+from tests.server.test_conformance import COMMANDS, ROOT, Server, _free_port, _stop, _wait_until_serving
 
 schemathesis = pytest.importorskip("schemathesis")
 hypothesis = pytest.importorskip("hypothesis")

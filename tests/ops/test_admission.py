@@ -13,8 +13,8 @@ import psycopg2
 import pytest
 
 from aiorest import App, Limits, Server
-from aiorest.admission import Admission
 from aiorest.db import Database
+from aiorest.ops.admission import Admission
 from load.prod_admission import measure
 from tests.rawhttp import read_responses
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from aiorest import App, Request, Server
-from aiorest.proxies import MAX_HOPS, TrustedProxies, parse_forwarded, resolve_forwarded, valid_host
+from aiorest.http.forwarded import MAX_HOPS, TrustedProxies, parse_forwarded, resolve_forwarded, valid_host
 from bench.inprocess import FORWARDED_CASES, FORWARDED_PROXIES
-from tests.test_cli import free_port, python, running, stop, wait_until_accepting
+from tests.cli.test_cli import free_port, python, running, stop, wait_until_accepting
 from tests.wire import fetch, get, read_response
 
 
@@ -196,7 +196,7 @@ def test_bad_settings_are_refused_with_the_entry_named():
 @pytest.mark.parametrize("how", ["flag", "env"])
 async def test_the_cli_flag_and_the_environment_variable(how):
     port = free_port()
-    args = ["run", "tests.test_proxies:cli_app", "--port", str(port), "--log-level", "warning"]
+    args = ["run", "tests.http.test_proxies:cli_app", "--port", str(port), "--log-level", "warning"]
     env = dict(os.environ)
     if how == "flag":
         args += ["--forwarded-allow-ips", "10.0.0.0/8, 127.0.0.1"]

@@ -23,8 +23,8 @@ from aiorest import (
     Response,
     Router,
 )
-from aiorest.binding import TypedEndpoint
 from aiorest.typed import HandlerSignature
+from aiorest.typed.binding import TypedEndpoint
 
 
 class Item(msgspec.Struct):
@@ -592,9 +592,9 @@ async def test_an_exception_handler_for_422_gets_the_errors(aiorest_client):
 
 
 async def test_without_msgspec_a_typed_handler_is_refused(monkeypatch):
-    import aiorest.typed
+    import aiorest.typed.declare
 
-    monkeypatch.setattr(aiorest.typed, "msgspec", None)
+    monkeypatch.setattr(aiorest.typed.declare, "msgspec", None)
     app = App()
 
     async def plain(request: Request) -> dict[str, int]:

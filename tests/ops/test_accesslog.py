@@ -19,11 +19,11 @@ import pytest
 
 import aiorest
 from aiorest import App, Limits, Request, Response, Server, StreamResponse
-from aiorest.accesslog import AccessLog
-from aiorest.requestid import request_id
-from aiorest.serverstate import ServerState
-from aiorest.writing import short_answer
-from tests.test_cli import free_port, python, running, wait_until_accepting
+from aiorest.http.requestid import request_id
+from aiorest.ops.accesslog import AccessLog
+from aiorest.server.state import ServerState
+from aiorest.server.writing import short_answer
+from tests.cli.test_cli import free_port, python, running, wait_until_accepting
 from tests.wire import fetch, get, read_response
 
 MADE = re.compile(r"[0-9a-f]{12}-[0-9a-f]+")
@@ -130,7 +130,7 @@ def test_a_forked_worker_makes_ids_of_its_own():
     if pid == 0:  # the child: report its prefix and the short answers it writes, and leave at once
         state = ServerState()
         answers = [short_answer({}, state, lambda _: b"{}", 10), short_answer(Response(b"x"), state, bytes, 11)]
-        os.write(write, b"\0".join([aiorest.requestid.prefix, *answers]))  # type: ignore[list-item]
+        os.write(write, b"\0".join([aiorest.http.requestid.prefix, *answers]))  # type: ignore[list-item]
         os._exit(0)
     os.close(write)
     try:
@@ -139,7 +139,7 @@ def test_a_forked_worker_makes_ids_of_its_own():
         os.close(read)
         os.waitpid(pid, 0)
     prefix, *answers = child.split(b"\0")
-    assert prefix and prefix != aiorest.requestid.prefix
+    assert prefix and prefix != aiorest.http.requestid.prefix
     assert [re.findall(rb"X-Request-ID: (\S+)\r", answer) for answer in answers] == [[prefix + b"a"], [prefix + b"b"]]
 
 
@@ -155,7 +155,7 @@ async def access_log_run(*options: str, env: dict[str, str] | None = None) -> tu
     """Serve this module's app with ``options``, send three requests, stop; the responses and stdout."""
     port = free_port()
     process = await python(
-        "-m", "aiorest", "run", "tests.test_accesslog:app", "--port", str(port), "--log-level", "warning",
+        "-m", "aiorest", "run", "tests.ops.test_accesslog:app", "--port", str(port), "--log-level", "warning",
         *options, env=env,
     )  # fmt: skip
     async with running(process):
@@ -373,17 +373,17 @@ async def test_a_record_factory_installed_before_ours_keeps_its_request_id():
         return record
 
     logging.setLogRecordFactory(theirs)
-    aiorest.requestid._install_record_factory()  # ours on top, as when aiorest is imported after
+    aiorest.http.requestid._install_record_factory()  # ours on top, as when aiorest is imported after
     try:
         logger = logging.getLogger("tests.accesslog.factory")
         assert logger.makeRecord("x", logging.INFO, "", 0, "m", None, None).request_id == "theirs"
         async with serving() as server:
             (response,) = await fetch(server.port, get("/json"))
         assert json.loads(response.body)["current"] == response.header("x-request-id")
-        token = aiorest.requestid.request_id_var.set(7)
+        token = aiorest.http.requestid.request_id_var.set(7)
         try:  # inside a request, ours
             assert logger.makeRecord("x", logging.INFO, "", 0, "m", None, None).request_id.endswith("-7")
         finally:
-            aiorest.requestid.request_id_var.reset(token)
+            aiorest.http.requestid.request_id_var.reset(token)
     finally:
         logging.setLogRecordFactory(original)

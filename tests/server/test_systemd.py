@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from load.procs import AiorestProcess
-from tests.test_workers import SLOW_APP
+from tests.server.test_workers import SLOW_APP
 
 # What systemd does before it runs the service: the socket as fd 3, LISTEN_FDS and, once the
 # process exists, LISTEN_PID set to its pid (exec keeps the pid).

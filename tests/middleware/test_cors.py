@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from aiorest import CORS, App, Compression, CookieStore, HTTPConflict, Request, Response, Router, SessionMiddleware
-from aiorest.datastructures import Headers
-from aiorest.response import add_vary
+from aiorest.http.datastructures import Headers
+from aiorest.http.response import add_vary
 from aiorest.testing import TestClient
 
 Client = Callable[..., Awaitable[TestClient]]

@@ -17,7 +17,7 @@ import pytest
 
 from load.procs import AiorestProcess
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from aiorest import __version__ as aiorest_version
-from tests.test_lifecycle import backends, create_table_world, wait_for_no_backends
+from tests.app.test_lifecycle import backends, create_table_world, wait_for_no_backends
 from tests.wire import fetch, get
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

@@ -25,7 +25,7 @@ import pytest
 from bench.process import free_port
 from load.procs import stop_process
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WRK = shutil.which("wrk")
 pytestmark = pytest.mark.skipif(WRK is None, reason="wrk is not installed (.ci/run installs it)")
 

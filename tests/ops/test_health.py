@@ -19,7 +19,7 @@ import pytest
 from aiorest import App, Server
 from aiorest.db import Database
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @asynccontextmanager

@@ -1,4 +1,4 @@
-"""Sessions (aiorest/sessions.py): served for real, cookies read off the wire."""
+"""Sessions (aiorest/middleware/sessions/): served for real, cookies read off the wire."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import pytest
 
 from aiorest import App, CookieStore, HTTPConflict, PostgresStore, RedisStore, Request, Router, SessionMiddleware
 from aiorest.db import Database
+from aiorest.middleware.sessions.middleware import COOKIE_LIMIT, Session, SessionStore, stored_id
 from aiorest.migrations import MigrationError, load_migrations, migrate
 from aiorest.server import Server
-from aiorest.sessions import COOKIE_LIMIT, Session, SessionStore, stored_id
 
 OLD = "o" * 32
 NEW = "n" * 32

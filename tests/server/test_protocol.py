@@ -8,7 +8,7 @@ import contextvars
 import pytest
 
 from aiorest import App, Limits, Request, StreamResponse
-from aiorest.protocol import HttpProtocol, ServerState
+from aiorest.server.protocol import HttpProtocol, ServerState
 from tests.rawhttp import RawResponse, parse_responses
 
 
@@ -888,6 +888,6 @@ def test_http_error_with_a_status_without_a_phrase():
 
 
 def test_cookie_expires_accepts_a_float_timestamp():
-    from aiorest.cookies import format_set_cookie
+    from aiorest.http.cookies import format_set_cookie
 
     assert "Expires=Thu, 01 Jan 1970 00:00:01 GMT" in format_set_cookie("a", "b", expires=1.5)
