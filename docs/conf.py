@@ -65,7 +65,11 @@ def _resolve_reexports(app: Any, env: Any, node: Any, contnode: Any) -> Any:
     """
     if node.get("refdomain") != "py":
         return None
-    parts = node.get("reftarget", "").split(".")
+    target = node.get("reftarget", "")
+    module = node.get("py:module") or ""
+    if not target.startswith("aiorest.") and module.startswith("aiorest."):
+        target = f"{module}.{target}"  # ``:class:`Header``` in a docstring of aiorest.typed.declare
+    parts = target.split(".")
     if len(parts) < 3 or parts[0] != "aiorest":
         return None
     domain = env.get_domain("py")

@@ -62,7 +62,7 @@ class Server:
 
     Production options (docs/deployment.rst): ``max_concurrency`` handlers at most
     running at a time, ``max_queue`` more waiting (default a quarter of it) up to
-    ``queue_timeout`` seconds, the others answered 503 (:class:`~aiorest.admission.Admission`);
+    ``queue_timeout`` seconds, the others answered 503 (:class:`~aiorest.ops.admission.Admission`);
     ``cancel_on_disconnect`` cancels a handler whose client has gone; ``health``
     serves ``/healthz`` and ``/readyz``; ``metrics`` serves Prometheus metrics at
     ``/metrics`` (needs ``prometheus_client``).

@@ -6,7 +6,7 @@ cookie or body), its name on the wire and a checked type, and the return
 annotation may name a response model. A handler that takes only the request,
 returns no model and whose route declares no status or headers is called as it
 is: it pays nothing. Any other is wrapped in a
-:class:`~aiorest.binding.TypedEndpoint`, which binds the parameters from the
+:class:`~aiorest.typed.TypedEndpoint`, which binds the parameters from the
 request, validates them with msgspec (decoders built at registration) and
 encodes the result.
 
@@ -176,7 +176,7 @@ def read_signature(
 
     Returns None for a handler that takes only the request and returns no
     model, on a route with no declared status or headers: it is called as it
-    is. Otherwise its signature, for a :class:`~aiorest.binding.TypedEndpoint`
+    is. Otherwise its signature, for a :class:`~aiorest.typed.TypedEndpoint`
     to bind. A declaration that cannot work raises TypeError naming the handler
     and the parameter. ``status`` and ``headers`` were checked by the Route.
     """
