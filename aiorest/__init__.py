@@ -1,20 +1,31 @@
-"""aiorest: an asyncio HTTP/1.1 REST microframework with its own server."""
+"""aiorest: an asyncio HTTP/1.1 REST microframework with its own server.
+
+Imported from the public paths (the shims among them), so that ``import aiorest`` also binds
+``aiorest.exceptions``, ``aiorest.sessions`` and the others as before.
+"""
 
 from .app import App, ExceptionHandler, Hook, Lifespan, Middleware
 from .compression import Compression, Decompression
-from .convertors import Convertor
 from .cors import CORS
-from .datastructures import Headers, MultiDict, State
 from .exceptions import *  # noqa: F403
 from .exceptions import __all__ as _exceptions_all
+from .http.datastructures import Headers, MultiDict, State
+from .http.limits import Limits
+from .http.request import Request
+from .http.requestid import request_id
+from .http.response import JSONResponse, Response, StreamResponse
 from .jsoncodec import JSONCodec
-from .limits import Limits
-from .request import Request
-from .requestid import request_id
-from .response import JSONResponse, Response, StreamResponse
 from .routing import Handler, NoMatchFound, Route, RouteOptions, Router
+from .routing.convertors import Convertor
 from .server import Server, run
-from .sessions import CookieStore, PostgresStore, RedisStore, Session, SessionMiddleware, SessionStore
+from .sessions import (
+    CookieStore,
+    PostgresStore,
+    RedisStore,
+    Session,
+    SessionMiddleware,
+    SessionStore,
+)
 from .typed import Body, Cookie, Header, Query
 
 __version__ = "0.1.0"

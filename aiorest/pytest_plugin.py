@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from .app import App
+from .app.application import App
 
 try:
     import pytest_asyncio

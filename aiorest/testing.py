@@ -16,9 +16,9 @@ from typing import Any
 
 import aiohttp
 
-from .app import App
-from .limits import Limits
-from .server import Server
+from .app.application import App
+from .http.limits import Limits
+from .server.server import Server
 
 __all__ = ["TestClient"]
 

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from typing import Any
 
 from aiorest import App, Limits, Server
-from aiorest.protocol import HttpProtocol, ServerState
-from aiorest.proxies import TrustedProxies, resolve_forwarded
+from aiorest.http.forwarded import TrustedProxies, resolve_forwarded
+from aiorest.server.protocol import HttpProtocol, ServerState
 from bench.servers.aiorest_app import app as bench_app
 from bench.servers.ceiling import Ceiling
 

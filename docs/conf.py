@@ -56,20 +56,31 @@ nitpick_ignore_regex = [(r"py:.*", rf"(?:{'|'.join(_UNLINKABLE)})(?:\..+)?")]
 
 
 def _resolve_reexports(app: Any, env: Any, node: Any, contnode: Any) -> Any:
-    """Link ``aiorest.request.Request`` (an annotation's real path) to ``aiorest.Request``.
+    """Link an annotation's real path (``aiorest.http.request.Request``) to where the name is documented.
 
-    The public API is documented where users import it from, the package itself;
-    annotations name the defining module.
+    The public API is documented where users import it from (``aiorest.Request``,
+    ``aiorest.typed.HandlerSignature``, ``aiorest.db.Database``); annotations name
+    the defining module, however deep. Try the package itself, then each package
+    on the way down, and link the first that is documented.
     """
     if node.get("refdomain") != "py":
         return None
     target = node.get("reftarget", "")
+    module = node.get("py:module") or ""
+    if not target.startswith("aiorest.") and module.startswith("aiorest."):
+        target = f"{module}.{target}"  # ``:class:`Header``` in a docstring of aiorest.typed.declare
     parts = target.split(".")
-    if len(parts) != 3 or parts[0] != "aiorest" or parts[2] not in aiorest.__all__:
+    if len(parts) < 3 or parts[0] != "aiorest":
         return None
     domain = env.get_domain("py")
-    node["reftarget"] = f"aiorest.{parts[2]}"
-    return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"], node["reftarget"], node, contnode)
+    name = parts[-1]
+    for depth in range(1, len(parts) - 1):
+        candidate = ".".join([*parts[:depth], name])
+        if domain.objects.get(candidate) is None:
+            continue
+        node["reftarget"] = candidate
+        return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"], candidate, node, contnode)
+    return None
 
 
 _ALIAS_REPR = re.compile(r"TypeAliasForwardRef\('([^']+)'\)")

@@ -1,6 +1,6 @@
 """A short smoke run of the load comparison tool: every output is written and well-formed.
 
-It drives aiorest alone, to stay short; tests/test_conformance.py starts the baselines.
+It drives aiorest alone, to stay short; tests/server/test_conformance.py starts the baselines.
 """
 
 from __future__ import annotations

@@ -231,7 +231,7 @@ TOKEN_LIFETIME_DAYS = 30
 # A 401's challenges: aiorest's AnyIdentity(SessionIdentity(realm="app"), BearerTokenIdentity(realm="api")).
 ANONYMOUS_CHALLENGE = 'Session realm="app", Bearer realm="api"'
 INVALID_TOKEN_CHALLENGE = ANONYMOUS_CHALLENGE + ', error="invalid_token"'
-# The cookies aiorest's SessionMiddleware sets over http (aiorest.cookies.format_set_cookie's order).
+# The cookies aiorest's SessionMiddleware sets over http (aiorest.http.cookies.format_set_cookie's order).
 _SESSION_ATTRIBUTES = "Path=/; HttpOnly; SameSite=Lax"
 EXPIRED_SESSION_COOKIE = f"{SESSION_COOKIE}=; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT; {_SESSION_ATTRIBUTES}"
 

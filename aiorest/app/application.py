@@ -1,0 +1,429 @@
+"""The App: assembles routes, middleware, hooks and error handling.
+
+Middleware is chained once per route when the app starts, never per request.
+With no middleware, a route's endpoint is the handler itself, and the server
+turns what it returns into a response.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
+
+from ..http.datastructures import State
+from ..http.exceptions import ClientDisconnected, HTTPError, HTTPUnprocessableEntity
+from ..http.jsoncodec import JSONCodec, get_codec
+from ..http.response import JSONResponse, Response, error_response, to_response
+from ..routing.convertors import Convertor
+from ..routing.route import (
+    PREFLIGHT_MIDDLEWARE,
+    Handler,
+    Middleware,
+    Route,
+    RouteHandler,
+    RouteOptions,
+    _is_async,
+    _RouteDecorators,
+)
+from ..routing.table import RouteTable
+from ..typed.binding import TypedEndpoint
+
+if TYPE_CHECKING:
+    from ..http.limits import Limits
+    from ..http.request import Request
+
+__all__ = ["App", "Middleware", "Hook", "ExceptionHandler", "Lifespan", "EndpointLayer"]
+
+logger = logging.getLogger("aiorest.error")
+
+Hook = Callable[["App"], Awaitable[None]]
+ExceptionHandler = Callable[["Request", Any], Awaitable[Any]]
+Lifespan = Callable[["App"], AbstractAsyncContextManager[None]]
+#: Wraps an endpoint for one run of the server (admission control, metrics):
+#: ``layer(endpoint, template)`` returns the endpoint to call instead; ``template``
+#: is the route's path template, or None for the answers to routing errors and OPTIONS.
+EndpointLayer = Callable[[Handler, "str | None"], Handler]
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+_INTERNAL_ERROR = {"error": {"status": 500, "message": "Internal Server Error", "details": None}}
+
+
+class App(_RouteDecorators):
+    """An aiorest application.
+
+    ``routes``: Route objects to register up front. ``json``: the JSON codec,
+    ``"ujson"`` (default), ``"orjson"``, ``"json"`` or a ``JSONCodec``.
+    ``middleware``: functions ``async def mw(request, handler) -> Response``, outermost
+    first. ``lifespan``: a function taking the app and returning an async context
+    manager. ``contexts``: more such functions, for resources opened at startup and
+    closed at shutdown (``Database.setup`` adds one). ``on_startup``/``on_shutdown``:
+    ``async def hook(app)``. Startup enters the lifespan, then the contexts, then
+    runs the startup hooks; shutdown undoes it in reverse. If a step of the startup
+    raises, exactly the contexts entered (and the lifespan) are left, and no shutdown
+    hook runs. ``convertors``: extra path parameter converters by name. ``limits``:
+    the server's limits and timeouts. ``title`` and ``version``: the API's, in its
+    OpenAPI document (see :meth:`openapi`).
+    """
+
+    def __init__(
+        self,
+        routes: Iterable[Route] = (),
+        *,
+        json: str | JSONCodec = "ujson",
+        middleware: Sequence[Middleware] = (),
+        on_startup: Sequence[Hook] = (),
+        on_shutdown: Sequence[Hook] = (),
+        lifespan: Lifespan | None = None,
+        contexts: Sequence[Lifespan] = (),
+        convertors: dict[str, Convertor] | None = None,
+        limits: Limits | None = None,
+        title: str = "aiorest",
+        version: str = "0.1.0",
+    ) -> None:
+        self.title = title
+        self.version = version
+        self.router = RouteTable(convertors)
+        self.state = State()
+        self.json: JSONCodec = get_codec(json)
+        self.middleware: list[Middleware] = list(middleware)
+        self.on_startup: list[Hook] = list(on_startup)
+        self.on_shutdown: list[Hook] = list(on_shutdown)
+        self.lifespan = lifespan
+        self.contexts: list[Lifespan] = list(contexts)
+        self.limits = limits
+        self._exception_handlers: dict[type[BaseException], ExceptionHandler] = {}
+        # the lifespan and contexts entered, with what to call them in messages
+        self._entered: list[tuple[str, AbstractAsyncContextManager[None]]] = []
+        self._routing_error_endpoint: Handler = _raise_routing_error
+        self._options_endpoint: Handler = _answer_options
+        # path → method → endpoint of the routes without parameters, built at startup:
+        # the server routes most requests by two lookups in it, and calls begin
+        # only for the others (parameters, HEAD, OPTIONS, 404, 405)
+        self._static_endpoints: dict[str, dict[str, Handler]] = {}
+        self._wrapped = False  # middleware or layers wrap the endpoints: routing errors go through them too
+        self._started = False
+        for route in routes:
+            self.add_route(route.method, route.path, route.handler, **route.options())
+
+    # -- registration ------------------------------------------------------------
+
+    def add_route(self, method: str, path: str, handler: RouteHandler, **options: Unpack[RouteOptions]) -> None:
+        """Register ``handler`` for ``method`` on the path template ``path``.
+
+        A typed handler's declarations are read and checked here (see :doc:`typed`):
+        one that cannot work raises TypeError naming the handler and the parameter.
+        ``options``: see :class:`RouteOptions`.
+        """
+        self._check_not_started("add a route")
+        route = Route(method, path, handler, **options)
+        route.bind(self.router.convertors)
+        self.router.add(route)
+
+    def add_middleware(self, middleware: Middleware) -> None:
+        """Add a middleware inside those already added."""
+        self._check_not_started("add middleware")
+        self.middleware.append(middleware)
+
+    def add_convertor(self, name: str, convertor: Convertor) -> None:
+        """Make ``{param:name}`` usable in routes registered from now on."""
+        self.router.convertors[name] = convertor
+
+    def exception_handler(self, exc_class: type[BaseException]) -> Callable[[_F], _F]:
+        """Register ``async def handler(request, exc)`` for ``exc_class`` and its subclasses.
+
+        It returns what a route handler may return. The most specific class wins.
+        """
+
+        def decorator(handler: _F) -> _F:
+            self._exception_handlers[exc_class] = handler
+            return handler
+
+        return decorator
+
+    def url_for(self, name: str, /, **params: Any) -> str:
+        """The path of the route named ``name`` with ``params`` filled in."""
+        return self.router.url_for(name, **params)
+
+    def openapi(self, *, title: str | None = None, version: str | None = None) -> dict[str, Any]:
+        """The OpenAPI 3.1 document of the routes, as a dict (see :doc:`typed`).
+
+        ``title`` and ``version`` default to the App's. Needs msgspec (aiorest's ``openapi`` extra).
+        """
+        from ..typed.openapi import build_openapi
+
+        return build_openapi(self, title=title or self.title, version=version or self.version)
+
+    def add_openapi_routes(
+        self,
+        openapi_url: str = "/openapi.json",
+        docs_url: str | None = "/docs",
+        redoc_url: str | None = "/redoc",
+        *,
+        title: str | None = None,
+        version: str | None = None,
+    ) -> None:
+        """Serve the OpenAPI document at ``openapi_url`` and interactive docs: Swagger UI at
+        ``docs_url``, ReDoc at ``redoc_url`` (None leaves one out), from local files only.
+
+        The document is built on its first request, then kept. The docs' scripts and
+        styles are served under ``docs_url`` and ``redoc_url`` from the
+        ``openapi-ui-bundles`` package (aiorest's ``openapi`` extra): RuntimeError
+        here when it is missing. These routes are not in the document.
+        """
+        from ..typed.openapi import openapi_routes
+
+        self._check_not_started("add the OpenAPI routes")
+        for path, endpoint in openapi_routes(self, openapi_url, docs_url, redoc_url, title, version):
+            self.add_route("GET", path, endpoint)
+
+    def run(self, host: str = "127.0.0.1", port: int = 8080, **options: Any) -> None:
+        """Serve the app until SIGINT or SIGTERM (see ``aiorest.run`` for ``options``)."""
+        from ..server.server import run  # the server layer sits above the app
+
+        run(self, host=host, port=port, **options)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def startup(self, *, layers: Sequence[EndpointLayer] = (), routes: Sequence[Route] = ()) -> None:
+        """Enter the lifespan and the contexts, run the startup hooks, chain the middleware.
+
+        The server passes ``layers``, which wrap each endpoint outside the middleware
+        (the first outermost), and ``routes`` of its own (``/healthz``, ``/metrics``):
+        routes without parameters, served as they are (no middleware, no layer), for
+        this run only; a path the app routes too is refused with ValueError.
+
+        If one of them raises (or the startup is cancelled), the contexts already
+        entered and the lifespan are left, last entered first, and the exception
+        propagates with a note naming the step that raised it.
+        """
+        if self._started:
+            raise RuntimeError("the app is already started")
+        served = self._served_routes(routes)
+        self._check_preflight_middleware()
+        step = ""
+        try:
+            if self.lifespan is not None:
+                step = f"the lifespan {_name(self.lifespan)}"
+                await self._enter(step, self.lifespan)
+            for context in self.contexts:
+                step = f"the context {_name(context)}"
+                await self._enter(step, context)
+            for hook in self.on_startup:
+                step = f"the startup hook {_name(hook)}"
+                await hook(self)
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                exc.add_note(f"raised in {step}")
+            await self._leave()
+            raise
+        answers_422 = self._find_exception_handler(HTTPUnprocessableEntity) is not None
+        for route in self.router.routes():
+            if isinstance(route.call, TypedEndpoint):
+                route.call.raise_errors = answers_422  # else it returns its 422, which costs less
+            route.endpoint = self._wrap(self._chain(route.call, route.middleware), route.path, layers)
+        self._static_endpoints = {
+            path: {method: route.endpoint for method, route in methods.items()}
+            for path, methods in self.router.static_routes().items()
+        }
+        self._static_endpoints.update(served)
+        self.router.set_preflights(lambda path, middleware: self._preflight_route(path, middleware, layers))
+        self._routing_error_endpoint = self._wrap(self._chain(_raise_routing_error), None, layers)
+        self._options_endpoint = self._wrap(self._chain(_answer_options), None, layers)
+        self._wrapped = bool(self.middleware or layers)
+        self._started = True
+
+    async def shutdown(self) -> None:
+        """Run the shutdown hooks (last added first), then leave the contexts and the lifespan."""
+        if not self._started:
+            return
+        self._started = False
+        try:
+            for hook in reversed(self.on_shutdown):
+                try:
+                    await hook(self)
+                except Exception:
+                    logger.exception("the shutdown hook %s failed", _name(hook))
+        finally:
+            await self._leave()
+
+    async def _enter(self, name: str, lifespan: Lifespan) -> None:
+        context = lifespan(self)
+        await context.__aenter__()
+        self._entered.append((name, context))
+
+    async def _leave(self) -> None:
+        """Leave what was entered, last first; one that raises is logged and the others still left."""
+        while self._entered:
+            name, context = self._entered.pop()
+            try:
+                await context.__aexit__(None, None, None)
+            except Exception:
+                logger.exception("leaving %s failed", name)
+
+    def _check_not_started(self, what: str) -> None:
+        if self._started:
+            raise RuntimeError(f"cannot {what} after the app has started")
+
+    def _served_routes(self, routes: Sequence[Route]) -> dict[str, dict[str, Handler]]:
+        """The server's own routes as static endpoints (GET ones answer HEAD too)."""
+        served: dict[str, dict[str, Handler]] = {}
+        own = self.router.static_routes() if routes else {}
+        for route in routes:
+            if "{" in route.path:
+                raise ValueError(f"the server's route {route.path!r} must have no parameters")
+            if route.path in own:
+                raise ValueError(f"the app has a route {route.path!r}, which the server serves too: drop one")
+            methods = served.setdefault(route.path, {})
+            methods[route.method] = route.handler
+            if route.method == "GET":
+                methods.setdefault("HEAD", route.handler)
+        return served
+
+    def _check_preflight_middleware(self) -> None:
+        """One CORS per path: an outer one would answer the preflights an inner one is meant to."""
+        in_app = [one for one in self.middleware if getattr(one, PREFLIGHT_MIDDLEWARE, False)]
+        if len(in_app) > 1:
+            raise ValueError(f"the app has {len(in_app)} CORS middleware: give it one")
+        for path, middleware in self.router.preflight_middleware().items():
+            if in_app:
+                raise ValueError(f"route '{path}' has CORS middleware, and so has the app: give CORS to one of them")
+            if len(middleware) > 1:
+                raise ValueError(f"the routes of '{path}' have {len(middleware)} CORS middleware: give them one")
+
+    def _preflight_route(self, path: str, middleware: Sequence[Middleware], layers: Sequence[EndpointLayer]) -> Route:
+        """The automatic answer to OPTIONS on ``path``, through the routes' preflight middleware (CORS)."""
+        route = Route("OPTIONS", path, _answer_options, middleware=middleware)
+        route.endpoint = self._wrap(self._chain(_answer_options, route.middleware), path, layers)
+        return route
+
+    @staticmethod
+    def _wrap(endpoint: Handler, template: str | None, layers: Sequence[EndpointLayer]) -> Handler:
+        for layer in reversed(layers):
+            endpoint = layer(endpoint, template)
+        return endpoint
+
+    def _chain(self, handler: Handler, route_middleware: Sequence[Middleware] = ()) -> Handler:
+        """The app's middleware (outermost), then the route's, around ``handler``."""
+        if not self.middleware and not route_middleware:
+            return handler
+        endpoint: Handler = _Converting(handler)
+        for middleware in reversed((*self.middleware, *route_middleware)):
+            # The server drives endpoints with ``yield from``, which takes coroutines
+            # only: a middleware that is a plain function returning an awaitable is awaited.
+            endpoint = _Link(middleware, endpoint) if _is_async(middleware) else _AwaitingLink(middleware, endpoint)
+        return endpoint
+
+    # -- per request (called by the server) ------------------------------------
+
+    # What the server needs of the app (the interface ServedApp in driving.py):
+    # the routes without parameters for its first lookup, a way to start any
+    # other request's endpoint, and the answer to an exception.
+
+    @property
+    def static_endpoints(self) -> Mapping[str, Mapping[str, Callable[[Request], Awaitable[Any]]]]:
+        """Path → method → endpoint of the routes without parameters, built at startup.
+
+        With :meth:`begin` and :meth:`handle_exception`, what the server needs of the
+        app: it looks a request up here first, and calls :meth:`begin` for the others.
+        """
+        return self._static_endpoints
+
+    def begin(self, request: Request) -> Awaitable[Any]:
+        """Route ``request`` and start its endpoint; routing errors raise HTTPError."""
+        try:
+            route, params, allow = self.router.resolve(request.method, request.path)
+        except HTTPError as exc:
+            if not self._wrapped:
+                raise
+            request._routing_error = exc
+            return self._routing_error_endpoint(request)
+        request.path_params = params
+        if route is None:
+            request._allow = allow
+            return self._options_endpoint(request)
+        if route.handler is _answer_options:  # the path's preflight route
+            request._allow = allow
+        request._template = route.path
+        return route.endpoint(request)
+
+    async def handle_exception(self, request: Request, exc: BaseException) -> Response:
+        """The response for an exception a handler raised; never raises."""
+        handler = self._find_exception_handler(type(exc))
+        if handler is not None:
+            try:
+                return to_response(await handler(request, exc))
+            except Exception as handler_exc:
+                if handler_exc is not exc:
+                    logger.exception("exception handler %r failed", handler)
+                exc = handler_exc
+        if isinstance(exc, HTTPError):
+            return error_response(exc)
+        if isinstance(exc, ClientDisconnected):  # nobody is left to answer
+            return error_response(HTTPError("client disconnected", status=400))
+        logger.error("unhandled exception in %s %s", request.method, request.path, exc_info=exc)
+        return JSONResponse(_INTERNAL_ERROR, status=500)
+
+    def _find_exception_handler(self, exc_type: type[BaseException]) -> ExceptionHandler | None:
+        if not self._exception_handlers:
+            return None
+        for cls in exc_type.__mro__:
+            handler = self._exception_handlers.get(cls)
+            if handler is not None:
+                return handler
+        return None
+
+
+class _Link:
+    """One middleware bound to the rest of the chain (no closure per request)."""
+
+    __slots__ = ("middleware", "next")
+
+    def __init__(self, middleware: Middleware, next: Handler) -> None:
+        self.middleware = middleware
+        self.next = next
+
+    def __call__(self, request: Request) -> Awaitable[Response]:
+        return self.middleware(request, self.next)
+
+
+class _AwaitingLink(_Link):
+    """A middleware that is not an async function: its awaitable, awaited in a coroutine."""
+
+    __slots__ = ()
+
+    async def __call__(self, request: Request) -> Response:
+        return await self.middleware(request, self.next)
+
+
+class _Converting:
+    """The innermost link when there is middleware: middleware always sees a Response."""
+
+    __slots__ = ("handler",)
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+
+    async def __call__(self, request: Request) -> Response:
+        return to_response(await self.handler(request))
+
+
+def _name(function: object) -> str:
+    """``module.qualname`` of a hook or lifespan, for messages."""
+    qualname = getattr(function, "__qualname__", None)
+    if qualname is None:
+        return repr(function)
+    module = getattr(function, "__module__", None)
+    return f"{module}.{qualname}" if module else str(qualname)
+
+
+async def _raise_routing_error(request: Request) -> Response:
+    """A routing error (404/405) as an endpoint, so that middleware sees it too."""
+    assert request._routing_error is not None
+    raise request._routing_error
+
+
+async def _answer_options(request: Request) -> Response:
+    """OPTIONS on a path with no OPTIONS handler: 204 with ``Allow``."""
+    return Response(status=204, headers={"Allow": ", ".join(sorted(request._allow))})

@@ -1,0 +1,26 @@
+"""PostgreSQL: the pool bound to the app, queries, transactions, error mapping and migrations."""
+
+from .database import Database, Transaction
+from .errors import (
+    ConstraintViolation,
+    DatabaseError,
+    DatabaseUnavailable,
+    InvalidValue,
+    NulCharacter,
+    PoolTimeout,
+    StatementTimeout,
+    UniqueViolation,
+)
+
+__all__ = [
+    "Database",
+    "Transaction",
+    "DatabaseError",
+    "DatabaseUnavailable",
+    "PoolTimeout",
+    "StatementTimeout",
+    "UniqueViolation",
+    "ConstraintViolation",
+    "InvalidValue",
+    "NulCharacter",
+]

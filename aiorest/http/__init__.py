@@ -1,0 +1,1 @@
+"""HTTP messages: the request, the responses, headers, cookies, errors and the JSON codec."""

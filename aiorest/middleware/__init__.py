@@ -1,0 +1,1 @@
+"""Middleware that ships with aiorest: CORS, compression and sessions."""

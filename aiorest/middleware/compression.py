@@ -1,0 +1,428 @@
+"""Response compression (gzip, brotli) and bounded request decompression, as middleware.
+
+``Compression`` compresses responses a client accepts compressed, when that pays;
+``Decompression`` expands request bodies sent with a ``Content-Encoding``, never
+past the body limit. Both are plain middleware: per app, per Router or per route.
+"""
+
+from __future__ import annotations
+
+import importlib
+import zlib
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from ..http.datastructures import raw_header
+from ..http.exceptions import HTTPBadRequest, HTTPPayloadTooLarge, HTTPUnsupportedMediaType
+from ..http.limits import Limits
+from ..http.request import Request
+from ..http.response import Response, StreamResponse, add_vary
+from ..routing.route import Handler
+
+_brotli: Any
+try:  # the ``brotli`` extra (untyped: imported as Any)
+    _brotli = importlib.import_module("brotli")
+except ImportError:  # pragma: no cover - the test extra installs it
+    _brotli = None
+
+__all__ = ["Compression", "Decompression", "BROTLI_AVAILABLE"]
+
+BROTLI_AVAILABLE = _brotli is not None
+
+# Accept-Encoding is the client's: only this much of it is read, and only this many codings.
+_MAX_ACCEPT_LENGTH = 512
+_MAX_CODINGS = 16
+_NEGOTIATED_CACHE = 256  # header value -> coding chosen; a few values cover all browsers
+
+# dask's rule (distributed.protocol.compression.maybe_compress): a large body is
+# first tried on a sample at a fast level, and sent as is unless it shrinks by 10%.
+_SAMPLE_ABOVE = 16 * 1024
+_SAMPLE_SIZE = 8 * 1024
+_MIN_GAIN = 0.9
+
+_DEFAULT_MAX_BODY = Limits().max_body_size
+
+_GZIP_WBITS = 16 + zlib.MAX_WBITS
+
+_COMPRESSIBLE_APPLICATION = frozenset(
+    {
+        "application/json",
+        "application/javascript",
+        "application/ecmascript",
+        "application/xml",
+        "application/x-www-form-urlencoded",
+        "application/graphql",
+        "application/wasm",
+        "application/x-ndjson",
+        "application/geo+json",
+        "image/svg+xml",
+        "image/bmp",
+        "image/x-icon",
+        "image/vnd.microsoft.icon",
+        "font/ttf",
+        "font/otf",
+    }
+)
+
+
+def compressible(media_type: str) -> bool:
+    """Whether a body of ``media_type`` is worth compressing: text, JSON, XML, JavaScript, SVG...
+
+    Anything else (images but SVG, audio, video, archives, woff2, octet-stream) is
+    taken as already compressed or binary.
+    """
+    known = _COMPRESSIBLE.get(media_type)
+    if known is None:
+        kind = media_type.partition(";")[0].strip().lower()
+        known = (
+            kind.startswith("text/")
+            or kind in _COMPRESSIBLE_APPLICATION
+            or kind.endswith(("+json", "+xml"))
+            or kind.endswith("javascript")
+        )
+        if len(_COMPRESSIBLE) < 256:  # bounded: the types come from user code
+            _COMPRESSIBLE[media_type] = known
+    return known
+
+
+# media type as sent -> compressible; a response's type is one of a few
+_COMPRESSIBLE: dict[str, bool] = {}
+
+
+def parse_accept_encoding(header: str) -> dict[str, float]:
+    """The codings of an ``Accept-Encoding`` value with their q-values, lower-cased.
+
+    Bounded: only the first 512 characters and 16 codings are read; a malformed
+    q-value counts as 0 (refused).
+    """
+    codings: dict[str, float] = {}
+    for item in header[:_MAX_ACCEPT_LENGTH].split(",")[:_MAX_CODINGS]:
+        coding, _, params = item.partition(";")
+        coding = coding.strip().lower()
+        if not coding:
+            continue
+        q = 1.0
+        params = params.strip().lower()
+        if params:
+            name, _, value = params.partition("=")
+            if name.strip() == "q":
+                try:
+                    q = float(value.strip())
+                except ValueError:
+                    q = 0.0
+                if not 0.0 <= q <= 1.0:  # nan too
+                    q = 0.0
+        codings.setdefault(coding, q)
+    return codings
+
+
+def negotiate(header: str, available: tuple[str, ...]) -> str | None:
+    """The coding of ``available`` (in order of preference at equal q) to answer with, or None.
+
+    ``*`` stands for the codings not named; ``q=0`` refuses; a coding is taken over
+    identity unless identity is named with a higher q.
+    """
+    codings = parse_accept_encoding(header)
+    star = codings.get("*", 0.0)
+    best, best_q = None, 0.0
+    for coding in available:
+        q = codings.get(coding, star)
+        if coding == "gzip" and "gzip" not in codings:
+            q = codings.get("x-gzip", q)
+        if q > best_q:
+            best, best_q = coding, q
+    if best is not None and "identity" in codings and codings["identity"] > best_q:
+        return None
+    return best
+
+
+class _StreamCompressor(Protocol):
+    def chunk(self, data: bytes) -> bytes: ...
+
+    def finish(self) -> bytes: ...
+
+
+class _Gzip:
+    def __init__(self, level: int) -> None:
+        self._c = zlib.compressobj(level, zlib.DEFLATED, _GZIP_WBITS)
+
+    def chunk(self, data: bytes) -> bytes:
+        # Z_SYNC_FLUSH: the client can decode everything produced so far.
+        return self._c.compress(data) + self._c.flush(zlib.Z_SYNC_FLUSH)
+
+    def finish(self) -> bytes:
+        return self._c.flush()
+
+
+class _Brotli:
+    def __init__(self, quality: int) -> None:
+        assert _brotli is not None
+        self._c = _brotli.Compressor(quality=quality)
+
+    def chunk(self, data: bytes) -> bytes:
+        return bytes(self._c.process(data) + self._c.flush())
+
+    def finish(self) -> bytes:
+        return bytes(self._c.finish())
+
+
+class Compression:
+    """Middleware compressing responses with gzip, or brotli when the ``brotli`` extra is installed.
+
+    The coding is negotiated from ``Accept-Encoding`` (q-values, ``*``,
+    ``identity``; brotli preferred at equal q). A response is compressed only if
+    its media type is compressible (see ``compressible``: text, JSON, XML,
+    JavaScript, SVG...), its body is at least ``minimum_size`` bytes, and
+    compression pays: a body above 16 KiB is first tried on an 8 KiB sample at
+    the fastest level, and any body is sent as is unless it shrinks by 10%. Never
+    compressed: HEAD, 204, 304, 206 and requests with ``Range``, responses that
+    already have a ``Content-Encoding``. A compressible response always gets
+    ``Vary: Accept-Encoding``, compressed or not, so that caches keep both.
+
+    A :class:`StreamResponse` is compressed chunk by chunk, each flushed so that
+    the client can decode it as soon as it arrives (no ``Content-Length``,
+    chunked as always). ``level`` is gzip's (1-9), ``brotli_quality``
+    brotli's (0-11); ``brotli=False`` offers only gzip.
+
+    Error responses built from an :class:`HTTPError` are made after the
+    outermost middleware, and are not compressed.
+    """
+
+    def __init__(
+        self,
+        *,
+        minimum_size: int = 500,
+        level: int = 6,
+        brotli: bool = True,
+        brotli_quality: int = 4,
+    ) -> None:
+        if minimum_size < 0:
+            raise ValueError(f"minimum_size must be >= 0, got {minimum_size}")
+        if not 1 <= level <= 9:
+            raise ValueError(f"level must be from 1 to 9, got {level}")
+        if not 0 <= brotli_quality <= 11:
+            raise ValueError(f"brotli_quality must be from 0 to 11, got {brotli_quality}")
+        self.minimum_size = minimum_size
+        self.level = level
+        self.brotli_quality = brotli_quality
+        self.codings: tuple[str, ...] = ("br", "gzip") if brotli and BROTLI_AVAILABLE else ("gzip",)
+        self._negotiated: dict[str, str | None] = {}
+
+    def _coding(self, accept: str) -> str | None:
+        coding = self._negotiated.get(accept, "")
+        if coding == "":
+            coding = negotiate(accept, self.codings)
+            if len(self._negotiated) < _NEGOTIATED_CACHE and len(accept) <= _MAX_ACCEPT_LENGTH:
+                self._negotiated[accept] = coding
+        return coding
+
+    def _compress(self, coding: str, data: bytes | bytearray | memoryview, *, fast: bool = False) -> bytes:
+        if coding == "br":
+            assert _brotli is not None
+            return bytes(_brotli.compress(bytes(data), quality=0 if fast else self.brotli_quality))
+        return zlib.compress(data, 1 if fast else self.level, _GZIP_WBITS)
+
+    async def __call__(self, request: Request, handler: Handler) -> Response:
+        response: Response = await handler(request)
+        status = response._status
+        if status in (204, 206, 304) or not compressible(response._media_type):
+            return response
+        headers = response._headers
+        if headers is not None:
+            if "content-encoding" in headers:
+                return response
+            content_type = headers.get("content-type")  # a handler may set it as a header
+            if content_type is not None and not compressible(content_type):
+                return response
+        add_vary(response.headers, "Accept-Encoding")
+        if request.method == "HEAD" or raw_header(request._raw_headers, b"range") is not None:
+            return response
+        accept = raw_header(request._raw_headers, b"accept-encoding")
+        if not accept:
+            return response
+        coding = self._coding(accept.decode("latin-1"))
+        if coding is None:
+            return response
+        if isinstance(response, StreamResponse):
+            response.content = self._stream(coding, response.content)
+            response.headers["Content-Encoding"] = coding
+            return response
+        body = response.render(request.app.json)
+        size = len(body)
+        if size >= self.minimum_size and (
+            size <= _SAMPLE_ABOVE
+            or len(self._compress(coding, memoryview(body)[:_SAMPLE_SIZE], fast=True)) <= _MIN_GAIN * _SAMPLE_SIZE
+        ):
+            compressed = self._compress(coding, body)
+            if len(compressed) <= _MIN_GAIN * size:
+                response = _with_body(response, compressed)
+                response.headers["Content-Encoding"] = coding
+                return response
+        return _with_body(response, body)  # rendered once: the server does not render it again
+
+    async def _stream(self, coding: str, content: Any) -> AsyncIterator[bytes]:
+        compressor: _StreamCompressor = _Brotli(self.brotli_quality) if coding == "br" else _Gzip(self.level)
+        try:
+            async for chunk in content:
+                if isinstance(chunk, str):
+                    chunk = chunk.encode()
+                if chunk:
+                    yield compressor.chunk(chunk)
+            yield compressor.finish()
+        finally:
+            aclose = getattr(content, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+def _with_body(response: Response, body: bytes | bytearray | memoryview) -> Response:
+    """``response`` sending ``body``: a JSONResponse (or any that renders) becomes a plain Response."""
+    if type(response) is Response:
+        response.body = body
+        return response
+    plain = Response(b"", response._status)
+    plain.body = body
+    plain._media_type = response._media_type
+    plain._headers = response._headers
+    return plain
+
+
+class _Decompressor(Protocol):
+    def expand(self, data: bytes, limit: int) -> bytes:
+        """At most ``limit`` bytes out of ``data`` and what is pending (``data`` may be b"")."""
+        ...
+
+    @property
+    def pending(self) -> bool:
+        """Output is left to take before more input can be given."""
+        ...
+
+    @property
+    def finished(self) -> bool: ...
+
+
+class _Inflate:
+    def __init__(self, wbits: int) -> None:
+        self._d = zlib.decompressobj(wbits)
+        self._tail = b""
+
+    def expand(self, data: bytes, limit: int) -> bytes:
+        out = self._d.decompress(self._tail + data, limit)
+        self._tail = self._d.unconsumed_tail
+        if self._d.unused_data:
+            raise HTTPBadRequest("request body has data after the end of its compressed stream")
+        return out
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._tail)
+
+    @property
+    def finished(self) -> bool:
+        return self._d.eof
+
+
+class _Unbrotli:
+    def __init__(self) -> None:
+        assert _brotli is not None
+        self._d = _brotli.Decompressor()
+
+    def expand(self, data: bytes, limit: int) -> bytes:
+        return bytes(self._d.process(data, output_buffer_limit=max(limit, 1)))
+
+    @property
+    def pending(self) -> bool:
+        return not self._d.can_accept_more_data()
+
+    @property
+    def finished(self) -> bool:
+        return bool(self._d.is_finished())
+
+
+class Decompression:
+    """Middleware expanding request bodies sent with ``Content-Encoding: gzip``, ``deflate``, or ``br``.
+
+    The body is expanded as it arrives, never past ``max_size`` bytes (default:
+    the server's ``Limits.max_body_size``): a larger one, such as a small
+    "zip bomb", is refused with 413 after expanding at most ``max_size`` bytes.
+    An encoding it does not know (or several) gets 415 with ``Accept-Encoding``
+    naming those it does; a corrupt or truncated stream gets 400. The handler
+    then reads the expanded body with :meth:`Request.read`, :meth:`Request.json`
+    or :meth:`Request.stream`, and its headers as if it had been sent plain: no
+    ``Content-Encoding``, and ``Content-Length`` the expanded size. A request
+    without ``Content-Encoding`` (or with ``identity``) passes untouched.
+    """
+
+    def __init__(self, *, max_size: int | None = None) -> None:
+        if max_size is not None and max_size <= 0:
+            raise ValueError(f"max_size must be positive, got {max_size}")
+        self.max_size = max_size
+        self.codings: tuple[str, ...] = ("gzip", "deflate", "br") if BROTLI_AVAILABLE else ("gzip", "deflate")
+
+    async def __call__(self, request: Request, handler: Handler) -> Response:
+        if raw_header(request._raw_headers, b"content-encoding") is not None:
+            await self._expand(request)
+        response: Response = await handler(request)
+        return response
+
+    def _limit(self, request: Request) -> int:
+        if self.max_size is not None:
+            return self.max_size
+        limits = getattr(request._protocol, "_limits", None)  # the server's, when served
+        return limits.max_body_size if isinstance(limits, Limits) else _DEFAULT_MAX_BODY
+
+    async def _expand(self, request: Request) -> None:
+        raw = request._raw_headers
+        lines = [value for name, value in raw if len(name) == 16 and name.lower() == b"content-encoding"]
+        # Bounded like any header (the parser limits their size and number); identity means none.
+        codings = [
+            coding
+            for line in lines
+            for coding in (part.strip().lower() for part in line.decode("latin-1").split(","))
+            if coding and coding != "identity"
+        ]
+        if not codings:
+            return
+        coding = codings[0]
+        decompressor: _Decompressor
+        if len(codings) > 1:
+            coding = ""  # several codings, applied in turn: refused rather than expanded twice
+        if coding in ("gzip", "x-gzip"):
+            decompressor = _Inflate(_GZIP_WBITS)
+        elif coding == "deflate":
+            decompressor = _Inflate(zlib.MAX_WBITS)
+        elif coding == "br" and _brotli is not None:
+            decompressor = _Unbrotli()
+        else:
+            shown = ", ".join(codings)[:64]
+            exc = HTTPUnsupportedMediaType(f"unsupported request Content-Encoding {shown!r}")
+            exc.headers["Accept-Encoding"] = ", ".join(self.codings)
+            raise exc
+        limit = self._limit(request)
+        parts: list[bytes] = []
+        size = received = 0
+        errors: tuple[type[Exception], ...] = (zlib.error,) if _brotli is None else (zlib.error, _brotli.error)
+        try:
+            async for chunk in request.stream():
+                received += len(chunk)
+                data = chunk
+                while True:  # bounded output per call: a bomb stops at limit + 1 bytes
+                    out = decompressor.expand(data, limit - size + 1)
+                    data = b""
+                    size += len(out)
+                    if size > limit:
+                        raise HTTPPayloadTooLarge(f"decompressed request body exceeds the limit of {limit} bytes")
+                    parts.append(out)
+                    if not decompressor.pending:
+                        break
+        except errors as exc:
+            raise HTTPBadRequest(f"request body is not valid {coding}: {exc}") from None
+        if received and not decompressor.finished:  # an empty body stays empty
+            raise HTTPBadRequest(f"request body is a truncated {coding} stream")
+        body = request._body = b"".join(parts)
+        # The request now reads as if sent plain: an inner Decompression leaves it alone.
+        request._raw_headers = [
+            (name, value) for name, value in raw if name.lower() not in (b"content-encoding", b"content-length")
+        ]
+        request._raw_headers.append((b"Content-Length", b"%d" % len(body)))
+        request._headers = None

@@ -1,0 +1,1 @@
+"""What the server wraps around endpoints: access log, admission, health, metrics, loop lag."""

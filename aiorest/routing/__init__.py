@@ -1,0 +1,27 @@
+"""Routes, convertors and the compiled route table."""
+
+from .route import (
+    HANDLER_MIDDLEWARE,
+    METHODS,
+    PREFLIGHT_MIDDLEWARE,
+    Handler,
+    Middleware,
+    NoMatchFound,
+    Route,
+    RouteOptions,
+    Router,
+)
+from .table import RouteTable
+
+__all__ = [
+    "Route",
+    "Router",
+    "RouteOptions",
+    "RouteTable",
+    "NoMatchFound",
+    "Handler",
+    "Middleware",
+    "METHODS",
+    "HANDLER_MIDDLEWARE",
+    "PREFLIGHT_MIDDLEWARE",
+]

@@ -1,0 +1,259 @@
+"""Routes and route groups: what a handler is registered with (the table that matches them is in ``table``)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, cast
+
+from ..http.datastructures import _check_header
+from ..http.response import _checked_status
+from .convertors import Convertor
+from .paths import PathTemplate, compile_path
+
+if TYPE_CHECKING:
+    from ..http.request import Request
+    from ..http.response import Response
+    from ..typed.declare import HandlerSignature
+
+__all__ = ["Route", "Router", "RouteOptions", "NoMatchFound", "Handler", "Middleware", "METHODS"]
+
+Handler = Callable[["Request"], Awaitable[Any]]
+Middleware = Callable[["Request", Handler], Awaitable["Response"]]
+#: The attribute under which a decorator puts middleware on a handler, for each of its routes.
+HANDLER_MIDDLEWARE = "__aiorest_middleware__"
+#: A route's middleware with this attribute set (CORS) also runs around the App's
+#: automatic answer to OPTIONS on the route's path, so that it answers preflights.
+PREFLIGHT_MIDDLEWARE = "__aiorest_preflight__"
+# What a route is given: the request, then any typed parameters (aiorest.typed).
+RouteHandler = Callable[..., Awaitable[Any]]
+_H = TypeVar("_H", bound=RouteHandler)
+
+
+class RouteOptions(TypedDict, total=False):
+    """The options of a route, taken by :meth:`App.route`, :meth:`App.get`... and ``add_route``."""
+
+    #: The route's name, for :meth:`App.url_for`.
+    name: str | None
+    #: The status of the responses made of what the handler returns (a model, a dict, a list, None).
+    status: int | None
+    #: Headers added to those responses.
+    headers: Mapping[str, str] | None
+    #: The route's own middleware, inside the app's (and its routers').
+    middleware: Sequence[Middleware]
+    #: False: a typed JSON body may also come without a Content-Type (default: 415).
+    strict_content_type: bool
+
+
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+class NoMatchFound(LookupError):
+    """``url_for`` was given an unknown route name or wrong parameters."""
+
+
+class Route:
+    """One handler for one method on one path template.
+
+    ``status`` and ``headers``: the status and the headers of the responses made
+    of what the handler returns (see :doc:`typed`), checked here.
+    ``strict_content_type``: whether a typed JSON body must come with a JSON
+    Content-Type (True) or may also come without one. ``signature``:
+    what a typed handler declares (None for one that takes only the request),
+    and ``call`` what the app calls, the handler or its
+    :class:`~aiorest.typed.TypedEndpoint`; the App sets both when it registers
+    the route. ``middleware``: the route's own, inside the app's (its routers'
+    first, then what the route was given, then what decorators put on the
+    handler under ``__aiorest_middleware__``). ``endpoint`` is
+    ``call`` wrapped in all the middleware; the App sets it when it starts.
+    """
+
+    __slots__ = (
+        "method",
+        "path",
+        "handler",
+        "name",
+        "status",
+        "headers",
+        "middleware",
+        "strict_content_type",
+        "_given_middleware",
+        "signature",
+        "call",
+        "endpoint",
+    )
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        handler: RouteHandler,
+        name: str | None = None,
+        *,
+        status: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        middleware: Sequence[Middleware] = (),
+        strict_content_type: bool = True,
+    ) -> None:
+        method = method.upper()
+        if not path.startswith("/"):
+            raise ValueError(f"route path {path!r} must start with '/'")
+        if not _is_async(handler):
+            raise TypeError(
+                f"handler {_describe(handler)} for {method} {path} is not an async "
+                "function: aiorest awaits every handler, so define it with 'async def'"
+            )
+        if status is not None:
+            status = _checked_status(status)
+        if headers:
+            for header, value in headers.items():
+                _check_header(header, value)
+                if header.lower() in ("content-length", "transfer-encoding", "content-type"):
+                    raise ValueError(f"route {method} {path}: the server sets {header}; do not declare it")
+        self.method = method
+        self.path = path
+        self.handler = handler
+        self.name = name
+        self.status = status
+        self.headers: Mapping[str, str] | None = MappingProxyType(dict(headers)) if headers else None
+        self.strict_content_type = strict_content_type
+        where = f"route {method} {path}"
+        self._given_middleware = _checked_middleware(middleware, where)
+        self.middleware = self._given_middleware + _checked_middleware(getattr(handler, HANDLER_MIDDLEWARE, ()), where)
+        self.signature: HandlerSignature | None = None
+        # an untyped handler is called as it is, until bind() says otherwise
+        self.call: Handler = cast(Handler, handler)
+        self.endpoint: Handler = self.call
+
+    def bind(self, convertors: Mapping[str, Convertor]) -> None:
+        """Read the handler's declarations (see :func:`aiorest.typed.read_signature`) with the app's converters."""
+        # registration time only; the binder leaves routing in PLAN-28 step C (App binds)
+        from ..typed.binding import TypedEndpoint
+        from ..typed.declare import read_signature
+
+        params = compile_path(self.path, convertors, PathTemplate).params
+        self.signature = read_signature(
+            self.handler, self.method, self.path, params, self.status, self.headers, self.strict_content_type
+        )
+        self.call = TypedEndpoint(self.signature) if self.signature else cast(Handler, self.handler)
+
+    def options(self, **changed: Any) -> RouteOptions:
+        """The options the route was made with (a Router copies routes with them).
+
+        ``middleware`` is what the route was given: the handler's own comes with the
+        handler, and a copy of the route adds it again, after what it is given.
+        """
+        options = RouteOptions(
+            name=self.name,
+            status=self.status,
+            headers=self.headers,
+            middleware=self._given_middleware,
+            strict_content_type=self.strict_content_type,
+        )
+        options.update(changed)  # type: ignore[typeddict-item]
+        return options
+
+    def __repr__(self) -> str:
+        return f"Route({self.method!r}, {self.path!r}, {_describe(self.handler)}, name={self.name!r})"
+
+
+def _checked_middleware(middleware: Any, where: str) -> tuple[Middleware, ...]:
+    if not isinstance(middleware, (list, tuple)):
+        raise TypeError(f"{where}: middleware must be a list of middleware, not {type(middleware).__name__}")
+    for one in middleware:
+        if not callable(one):
+            raise TypeError(f"{where}: middleware {one!r} is not callable")
+    return tuple(middleware)
+
+
+def _is_async(handler: object) -> bool:
+    if inspect.iscoroutinefunction(handler):
+        return True
+    # an instance of a class with ``async def __call__``
+    return not inspect.isfunction(handler) and inspect.iscoroutinefunction(type(handler).__call__)
+
+
+def _describe(handler: object) -> str:
+    return repr(getattr(handler, "__qualname__", handler))
+
+
+class _RouteDecorators:
+    """The decorator API shared by App and Router; subclasses implement ``add_route``."""
+
+    def add_route(self, method: str, path: str, handler: RouteHandler, **options: Unpack[RouteOptions]) -> None:
+        raise NotImplementedError
+
+    def route(
+        self, path: str, methods: Iterable[str] = ("GET",), **options: Unpack[RouteOptions]
+    ) -> Callable[[_H], _H]:
+        """Register the decorated handler for ``path`` and every method in ``methods``.
+
+        The options are those of :class:`RouteOptions`: ``name``, ``status`` and
+        ``headers`` of the responses made of what the handler returns, and the
+        route's own ``middleware``.
+        """
+        if isinstance(methods, str):
+            raise TypeError(f"methods must be a list of method names, e.g. [{methods!r}], not a string")
+        methods = list(methods)
+        if not methods:
+            raise TypeError("methods must be a non-empty list of method names, e.g. ['GET', 'POST']")
+
+        def decorator(handler: _H) -> _H:
+            for method in methods:
+                self.add_route(method, path, handler, **options)
+            return handler
+
+        return decorator
+
+    def get(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[_H], _H]:
+        """``route(path, ["GET"], ...)``: the route answers HEAD too."""
+        return self.route(path, ["GET"], **options)
+
+    def post(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[_H], _H]:
+        """``route(path, ["POST"], ...)``."""
+        return self.route(path, ["POST"], **options)
+
+    def put(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[_H], _H]:
+        """``route(path, ["PUT"], ...)``."""
+        return self.route(path, ["PUT"], **options)
+
+    def patch(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[_H], _H]:
+        """``route(path, ["PATCH"], ...)``."""
+        return self.route(path, ["PATCH"], **options)
+
+    def delete(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[_H], _H]:
+        """``route(path, ["DELETE"], ...)``."""
+        return self.route(path, ["DELETE"], **options)
+
+    def include(self, router: Router, prefix: str = "", *, name: str | None = None) -> None:
+        """Add every route of ``router`` under ``prefix``.
+
+        A router may be included several times; give each inclusion a ``name`` so
+        that route names stay unique: they become ``"<name>.<route name>"``.
+        """
+        if prefix and (not prefix.startswith("/") or prefix.endswith("/")):
+            raise ValueError(f"prefix {prefix!r} must start with '/' and must not end with '/'")
+        for route in router.routes:
+            route_name = route.name
+            if name is not None:
+                route_name = f"{name}.{route_name or getattr(route.handler, '__name__', 'route')}"
+            self.add_route(route.method, prefix + route.path, route.handler, **route.options(name=route_name))
+
+
+class Router(_RouteDecorators):
+    """A group of routes, included into an App (or another Router) under a prefix.
+
+    ``middleware`` applies to every route of the group, inside the app's
+    middleware and outside each route's own.
+    """
+
+    def __init__(self, routes: Iterable[Route] = (), *, middleware: Sequence[Middleware] = ()) -> None:
+        self.routes: list[Route] = []
+        self.middleware: tuple[Middleware, ...] = _checked_middleware(middleware, "Router")
+        for route in routes:
+            self.add_route(route.method, route.path, route.handler, **route.options())
+
+    def add_route(self, method: str, path: str, handler: RouteHandler, **options: Unpack[RouteOptions]) -> None:
+        options["middleware"] = (*self.middleware, *options.get("middleware", ()))
+        self.routes.append(Route(method, path, handler, **options))

@@ -1,0 +1,15 @@
+"""The server: listeners, the connection, driving handlers, the process model."""
+
+from ..http.limits import Limits
+from .server import DEFAULT_QUEUE_TIMEOUT, IDLE_GRACE, LOG_FORMAT, WORKERS_LOG_FORMAT, Server, new_event_loop, run
+
+__all__ = [
+    "Server",
+    "Limits",
+    "run",
+    "new_event_loop",
+    "LOG_FORMAT",
+    "WORKERS_LOG_FORMAT",
+    "DEFAULT_QUEUE_TIMEOUT",
+    "IDLE_GRACE",
+]

@@ -1,0 +1,442 @@
+"""Serving an App: bind, accept, shut down gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from ..http.forwarded import TrustedProxies
+from ..http.limits import Limits
+from ..ops.accesslog import AccessLog
+from ..ops.admission import Admission
+from ..ops.health import HealthProbes
+from ..ops.lag import LoopLagMonitor
+from .listeners import bind_unix, remove_unix_socket
+from .protocol import HttpProtocol, ServerState
+
+if TYPE_CHECKING:
+    from ..app.application import App, EndpointLayer
+    from ..ops.metrics import Metrics
+    from ..routing.route import Route
+
+__all__ = ["Server", "Limits", "run", "new_event_loop"]
+
+logger = logging.getLogger("aiorest.server")
+
+#: seconds a request waits for a handler slot, by default (docs/deployment.rst: sizing)
+DEFAULT_QUEUE_TIMEOUT = 1.0
+_LAG_INTERVAL = 0.05  # the event-loop lag metric's timer
+
+# How long a stopping server keeps its idle kept-alive connections open: a client
+# (or a proxy) that sends its next request on one in that time is answered, with
+# ``Connection: close``, instead of finding the connection closed under it.
+IDLE_GRACE = 2.0
+# What run() logs with: the request id is "-" outside a request (see requestid.py).
+LOG_FORMAT = "%(asctime)s [%(request_id)s] %(levelname)s %(name)s: %(message)s"
+# With --workers, the pid tells whose line it is (the workers inherit the parent's configuration).
+WORKERS_LOG_FORMAT = "%(asctime)s [%(request_id)s] %(levelname)s %(name)s[%(process)d]: %(message)s"
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop event loop when uvloop is installed, else asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class Server:
+    """Runs an App's startup, serves it on a socket, and shuts it down gracefully.
+
+    Give ``host`` and ``port`` (port 0 picks a free one; read ``port`` after
+    ``start``), or ``unix`` (a socket path, created with ``unix_mode``), or an
+    already bound ``sock`` (which ``url`` then describes, and which the server
+    closes at ``stop``; it may be shared with other processes, see :ref:`workers`).
+
+    Production options (docs/deployment.rst): ``max_concurrency`` handlers at most
+    running at a time, ``max_queue`` more waiting (default a quarter of it) up to
+    ``queue_timeout`` seconds, the others answered 503 (:class:`~aiorest.ops.admission.Admission`);
+    ``cancel_on_disconnect`` cancels a handler whose client has gone; ``health``
+    serves ``/healthz`` and ``/readyz``; ``metrics`` serves Prometheus metrics at
+    ``/metrics`` (needs ``prometheus_client``).
+
+    ``forwarded_allow_ips``: the proxies whose forwarding headers are believed
+    (addresses, CIDR ranges, ``unix``, ``*``; a list or a comma-separated string;
+    default none). ``access_log``: where to write a line per request (a path, or
+    ``-`` for stdout; default none), in ``access_log_format`` (``combined`` or ``json``).
+    See docs/deployment.rst.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        unix: str | None = None,
+        unix_mode: int = 0o666,
+        sock: socket.socket | None = None,
+        backlog: int = 2048,
+        limits: Limits | None = None,
+        server_header: str | None = "aiorest",
+        reuse_port: bool = False,
+        graceful_timeout: float = 30.0,
+        loop_lag_report: str | None = None,
+        # admission control, cancellation, health and metrics (docs/deployment.rst)
+        max_concurrency: int | None = None,
+        max_queue: int | None = None,
+        queue_timeout: float = DEFAULT_QUEUE_TIMEOUT,
+        cancel_on_disconnect: bool = False,
+        health: bool = False,
+        metrics: bool = False,
+        # request ids, trusted proxies, access log
+        forwarded_allow_ips: str | list[str] | None = None,
+        access_log: str | None = None,
+        access_log_format: str = "combined",
+    ) -> None:
+        self.app = app
+        self.graceful_timeout = graceful_timeout
+        self.loop_lag_report = loop_lag_report
+        self._lag = LoopLagMonitor() if loop_lag_report else None
+        self.host = host
+        self.port = port
+        self.unix = unix
+        self.unix_mode = unix_mode
+        self.backlog = backlog
+        self.reuse_port = reuse_port
+        self.limits = limits or app.limits or Limits()
+        self._sock = sock
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            self.host, self.port = sock.getsockname()[:2]
+        self._sock_path = sock.getsockname() if sock is not None and sock.family == socket.AF_UNIX else None
+        self._unix_bound: os.stat_result | None = None  # the socket file start() made, removed at stop()
+        self._state = ServerState(server_header)
+        self._server: asyncio.Server | None = None
+        self._factory: Callable[[], HttpProtocol] | None = None
+        self._started = False
+        # admission control, cancellation, health and metrics
+        self.admission = (
+            Admission(max_concurrency, max_queue=max_queue, queue_timeout=queue_timeout) if max_concurrency else None
+        )
+        self._state.cancel_on_disconnect = cancel_on_disconnect
+        self.health = HealthProbes(app, self._state) if health else None
+        self.metrics: Metrics | None = None
+        if metrics:
+            from ..ops.metrics import Metrics  # imports prometheus_client: only when asked for
+
+            self.metrics = Metrics(app, self.admission)
+            if self._lag is None:
+                self._lag = LoopLagMonitor(interval=_LAG_INTERVAL, max_samples=1)
+            self._lag.on_sample = self.metrics.observe_lag
+        # request ids, trusted proxies, access log
+        proxies = TrustedProxies(forwarded_allow_ips or [])
+        self._state.proxies = proxies or None
+        self.access_log = AccessLog(access_log, access_log_format) if access_log else None
+        self._state.access_log = self.access_log
+
+    @property
+    def draining(self) -> bool:
+        """True once :meth:`stop` has begun: ``/readyz`` answers 503."""
+        return self._state.draining
+
+    def _layers_and_routes(self) -> tuple[list[EndpointLayer], list[Route]]:
+        """What the options add to the app for this run: endpoint layers (outermost first), routes."""
+        layers: list[EndpointLayer] = []
+        routes: list[Route] = []
+        if self.metrics is not None:
+            layers.append(self.metrics.layer)  # outside the gate: its 503s are counted
+            routes += self.metrics.routes()
+        if self.admission is not None:
+            layers.append(self.admission.layer)
+        if self.health is not None:
+            routes += self.health.routes()
+        return layers, routes
+
+    async def start(self) -> None:
+        """Run the app's startup, then listen.
+
+        If either fails, what had started is undone (the app's startup by the app,
+        a failure to listen by a full :meth:`stop`) before the exception propagates.
+        """
+        loop = asyncio.get_running_loop()
+        layers, routes = self._layers_and_routes()
+        await self.app.startup(layers=layers, routes=routes)
+        self._started = True
+        self._state.draining = False
+        try:
+            if self.metrics is not None:
+                self.metrics.start(loop)
+            self._state.start(loop)
+            if self._lag is not None:
+                self._lag.start(loop)
+            if self.access_log is not None:
+                self.access_log.start()
+
+            def factory() -> HttpProtocol:
+                return HttpProtocol(self.app, self._state, self.limits, loop)
+
+            self._factory = factory
+            if self._sock is not None:
+                self._server = await loop.create_server(factory, sock=self._sock, backlog=self.backlog)
+            elif self.unix is not None:
+                sock = bind_unix(self.unix, self.unix_mode, self.backlog)
+                self._unix_bound = os.stat(self.unix)
+                self._server = await loop.create_unix_server(factory, sock=sock, backlog=self.backlog)
+            else:
+                self._server = await loop.create_server(
+                    factory, self.host, self.port, backlog=self.backlog, reuse_port=self.reuse_port or None
+                )
+                self.port = self._server.sockets[0].getsockname()[1]
+        except BaseException:
+            await self.stop()
+            raise
+
+    @property
+    def url(self) -> str:
+        """Where the server listens, as a URL (``http://host:port`` or ``unix:path``)."""
+        if self.unix is not None or self._sock_path is not None:
+            return f"unix:{self.unix or self._sock_path}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def stop(self, timeout: float | None = None, *, idle_grace: float = 0.0) -> None:
+        """Stop accepting, let requests in flight finish (up to ``timeout``, default
+        ``graceful_timeout``), close, shut down the app.
+
+        Connections the kernel had accepted but the server had not yet taken
+        (its listen backlog) are taken and served too. An idle kept-alive
+        connection is closed at once, or, with ``idle_grace`` seconds (at most
+        ``timeout``), kept that long so that a request sent on it meanwhile is
+        answered, with ``Connection: close``.
+        """
+        if timeout is None:
+            timeout = self.graceful_timeout
+        self._state.draining = True
+        loop = asyncio.get_running_loop()
+        connections = list(self._state.connections)
+        if self._server is not None:
+            await self._take_backlog(loop)  # those taken answer with Connection: close already
+        for connection in connections:
+            connection.shutdown(close_idle=idle_grace <= 0)
+        now = loop.time()
+        deadline = now + timeout
+        idle_deadline: float | None = now + min(idle_grace, timeout)
+        while self._state.connections and loop.time() < deadline:
+            await asyncio.sleep(0.05)  # first, so that those taken read what their clients had sent
+            if idle_deadline is not None and loop.time() >= idle_deadline:
+                idle_deadline = None
+                for connection in list(self._state.connections):
+                    connection.shutdown()  # those still idle now
+        for connection in list(self._state.connections):
+            if connection.transport is not None:
+                connection.transport.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        self._state.stop()
+        if self._lag is not None:
+            self._lag.stop()
+            if self.loop_lag_report:
+                self._lag.write(self.loop_lag_report)
+        if self.health is not None:
+            await self.health.close()
+        if self.metrics is not None:
+            self.metrics.stop()
+        if self.access_log is not None:
+            self.access_log.stop()
+        if self.unix is not None and self._unix_bound is not None:
+            remove_unix_socket(self.unix, self._unix_bound)
+            self._unix_bound = None
+        if self._started:
+            self._started = False
+            await self.app.shutdown()
+
+    async def _take_backlog(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Close the listening sockets, first taking the connections waiting in their backlog.
+
+        Closing a listening socket resets the connections in its backlog, whose
+        clients have sent their requests already. Taken here, they are answered.
+        (A socket shared with other processes stays open in them: nothing waiting
+        in it is lost, and what is taken here is taken from them.)
+        """
+        assert self._server is not None
+        copies = [socket.socket(fileno=os.dup(listening.fileno())) for listening in self._server.sockets]
+        self._server.close()
+        taken: list[socket.socket] = []
+        for copy in copies:
+            with copy:
+                copy.setblocking(False)
+                while len(taken) < self.backlog:
+                    try:
+                        taken.append(copy.accept()[0])
+                    except OSError:  # BlockingIOError: none left
+                        break
+        factory = self._factory
+        assert factory is not None
+
+        def closing() -> HttpProtocol:  # its first answer says Connection: close, however fast it comes
+            protocol = factory()
+            protocol.shutdown(close_idle=False)
+            return protocol
+
+        for connection in taken:
+            await loop.connect_accepted_socket(closing, connection)
+
+    async def serve_forever(
+        self, stop: asyncio.Event | None = None, *, ready: Callable[[], object] | None = None
+    ) -> None:
+        """Start, serve until ``stop`` is set (or SIGINT/SIGTERM arrive), then stop.
+
+        ``ready`` is called once the server listens. A stop asked for during the
+        startup cancels it: the app undoes what it had started, and this returns.
+        A startup that fails raises, once undone.
+        """
+        stop = stop or asyncio.Event()
+        with _signals_set(stop):
+            if not await self._start_unless(stop):
+                logger.info("aiorest stopped during startup")
+                return
+            logger.info("aiorest serving on %s", self.url)
+            if ready is not None:
+                ready()
+            try:
+                await stop.wait()
+            finally:
+                logger.info("aiorest shutting down")
+                await self.stop(idle_grace=IDLE_GRACE)
+
+    async def _start_unless(self, stop: asyncio.Event) -> bool:
+        """Start, unless ``stop`` is set first: then the startup is cancelled. True if started."""
+        starting = asyncio.ensure_future(self.start())
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait((starting, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            starting.cancel()  # nothing once it is done
+            await asyncio.wait((starting, stopping))  # the startup undone, whatever happened here
+        if starting.cancelled():
+            return False
+        starting.result()  # raises what the startup raised
+        return True
+
+
+def run(
+    app: App,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    unix: str | None = None,
+    limits: Limits | None = None,
+    log_level: str = "info",
+    server_header: str | None = "aiorest",
+    reuse_port: bool = False,
+    unix_mode: int = 0o666,
+    backlog: int = 2048,
+    graceful_timeout: float = 30.0,
+    loop_lag_report: str | None = None,
+    ready: Callable[[], object] | None = None,
+    # admission control, cancellation, health and metrics (docs/deployment.rst)
+    max_concurrency: int | None = None,
+    max_queue: int | None = None,
+    queue_timeout: float = DEFAULT_QUEUE_TIMEOUT,
+    cancel_on_disconnect: bool = False,
+    health: bool = False,
+    metrics: bool = False,
+    # the process model (aiorest.workers)
+    sock: socket.socket | None = None,
+    startup_failed: Callable[[str], object] | None = None,
+    # request ids, trusted proxies, access log
+    forwarded_allow_ips: str | list[str] | None = None,
+    access_log: str | None = None,
+    access_log_format: str = "combined",
+) -> None:
+    """Serve ``app`` until SIGINT or SIGTERM, on uvloop when it is installed.
+
+    The options are those of :class:`Server`; ``log_level`` configures logging;
+    ``ready`` is called once the server listens. A startup that fails is undone,
+    logged in one line (its traceback at debug level), and ends the process:
+    ``SystemExit(1)``; given ``startup_failed``, that line is passed to it
+    instead of being logged (a worker hands it to its parent this way).
+    """
+    logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
+    server = Server(
+        app,
+        host=host,
+        port=port,
+        unix=unix,
+        unix_mode=unix_mode,
+        backlog=backlog,
+        limits=limits,
+        server_header=server_header,
+        reuse_port=reuse_port,
+        graceful_timeout=graceful_timeout,
+        loop_lag_report=loop_lag_report,
+        max_concurrency=max_concurrency,
+        max_queue=max_queue,
+        queue_timeout=queue_timeout,
+        cancel_on_disconnect=cancel_on_disconnect,
+        health=health,
+        metrics=metrics,
+        sock=sock,
+        forwarded_allow_ips=forwarded_allow_ips,
+        access_log=access_log,
+        access_log_format=access_log_format,
+    )
+    listening = False
+
+    def serving() -> None:
+        nonlocal listening
+        listening = True
+        if ready is not None:
+            ready()
+
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        try:
+            runner.run(server.serve_forever(ready=serving))
+            return
+        except Exception as exc:
+            if listening:
+                raise
+            if startup_failed is not None:
+                startup_failed(_one_line(exc))
+            else:
+                logger.error("startup failed: %s", _one_line(exc))
+            logger.debug("the startup failure's traceback", exc_info=exc)
+    raise SystemExit(1)
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: first line of the message (notes)``: an error to log in one line."""
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    notes = getattr(exc, "__notes__", None)
+    return f"{text} ({'; '.join(notes)})" if notes else text
+
+
+@contextlib.contextmanager
+def _signals_set(stop: asyncio.Event) -> Iterator[None]:
+    """While inside, SIGINT and SIGTERM set ``stop``; after, they get back the handlers they had."""
+    loop = asyncio.get_running_loop()
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        try:
+            loop.add_signal_handler(signum, stop.set)
+        except (NotImplementedError, RuntimeError):  # not Unix, or not the main thread
+            continue
+        previous[signum] = handler
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            loop.remove_signal_handler(signum)
+            if handler is not None:  # None: a handler not set from Python, which we cannot put back
+                signal.signal(signum, handler)

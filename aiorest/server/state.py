@@ -1,0 +1,80 @@
+"""What the connections of one server share: the clock, the Server/Date lines, the set."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from email.utils import formatdate
+from typing import TYPE_CHECKING, Protocol
+
+from ..http.datastructures import check_header_value
+
+if TYPE_CHECKING:
+    from ..http.forwarded import TrustedProxies
+    from ..ops.accesslog import AccessLog
+
+__all__ = ["ServerState", "Connection"]
+
+
+class Connection(Protocol):
+    """A connection as the server and its shared state see it (HttpProtocol is one)."""
+
+    @property
+    def transport(self) -> asyncio.Transport | None: ...
+
+    def check_deadline(self, now: float) -> None:
+        """Close or time out the connection if it is past its deadline."""
+
+    def shutdown(self, close_idle: bool = True) -> None:
+        """Close after the response in flight; an idle connection now, or with ``close_idle``
+        false after it answers its next request."""
+
+
+class ServerState:
+    """What the connections of one server share: the clock, the Server/Date lines, the set.
+
+    ``draining`` is True once the server has begun to stop (``/readyz`` then answers
+    503); ``cancel_on_disconnect``: a connection lost with a handler running cancels it.
+    """
+
+    def __init__(self, server_header: str | None = "aiorest", *, cancel_on_disconnect: bool = False) -> None:
+        if server_header is not None:
+            check_header_value(server_header, "server_header")
+        self.connections: set[Connection] = set()
+        self.draining = False
+        self.cancel_on_disconnect = cancel_on_disconnect
+        self._server_line = f"Server: {server_header}\r\n" if server_header else ""
+        self.header_lines = ""
+        self.header_bytes = b""
+        self.json_prefix = b""
+        self.now = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.proxies: TrustedProxies | None = None  # forwarded_allow_ips, when not empty
+        self.access_log: AccessLog | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._tick()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def refresh(self) -> None:
+        """Format this second's Server/Date lines and the head of a JSON 200 with them."""
+        self.header_lines = f"{self._server_line}Date: {formatdate(usegmt=True)}\r\n"
+        self.header_bytes = self.header_lines.encode("latin-1")
+        self.json_prefix = f"HTTP/1.1 200 OK\r\n{self.header_lines}Content-Type: application/json\r\n".encode("latin-1")
+
+    def _tick(self) -> None:
+        # One formatted Date per second for every response, and one sweep of
+        # deadlines, instead of a timer per connection or per request.
+        assert self._loop is not None
+        self.now = self._loop.time()
+        self.refresh()
+        for connection in list(self.connections):
+            connection.check_deadline(self.now)
+        # Tick just after the wall clock's next second, so the Date is never stale.
+        self._timer = self._loop.call_at(self.now + 1.001 - time.time() % 1.0, self._tick)

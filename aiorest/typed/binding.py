@@ -1,0 +1,268 @@
+"""Typed handlers per request: bind the declared inputs, call, encode the result.
+
+:func:`aiorest.typed.read_signature` reads a handler's declarations once, when
+its route is registered; a :class:`TypedEndpoint` is what the app calls instead
+of the handler. It takes each input out of the request, converts and validates
+it with the decoders built at registration, answers 422 listing the problems,
+and encodes what the handler returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, get_origin
+
+from ..http.datastructures import Headers
+from ..http.exceptions import HTTPBadRequest, HTTPUnprocessableEntity, HTTPUnsupportedMediaType
+from ..http.request import Request
+from ..http.response import Response, to_response
+from .declare import VALIDATION_MESSAGE, HandlerSignature, Parameter, _sequence_item, _strip
+
+try:
+    import msgspec
+except ImportError:  # typed.read_signature refuses typed handlers without it
+    msgspec = None  # type: ignore[assignment]
+
+__all__ = ["TypedEndpoint"]
+
+# One scalar to bind: (argument name, key, type to convert to or None to pass the
+# text as it is, many values (repeated keys), required, location prefix).
+_Spec = tuple[str, str, Any, bool, bool, str]
+_JSON = "application/json"
+
+
+def _spec(param: Parameter, prefix: str) -> _Spec:
+    many = _sequence_item(param.annotation) is not None
+    tp = param.annotation
+    if tp is str or (many and tp in (list[str],)):
+        tp = None  # the text itself: nothing to convert or check
+    return (param.name, param.key, tp, many, param.required, f"{prefix}{param.key}")
+
+
+class TypedEndpoint:
+    """A typed handler bound to its route: binds, validates, calls, encodes.
+
+    Every invalid input (path, query, header, cookie; the body's first problem,
+    which is all msgspec reports) is collected into one 422 answer. It is
+    returned as a Response, which costs far less than raising, unless the app
+    has an exception handler for it: then ``raise_errors`` is set at startup and
+    an :class:`~aiorest.HTTPUnprocessableEntity` is raised instead.
+    """
+
+    __slots__ = (
+        "signature",
+        "handler",
+        "raise_errors",
+        "_request",
+        "_path",
+        "_query",
+        "_gathered",
+        "_headers",
+        "_cookies",
+        "_body",
+        "_body_required",
+        "_strict_content_type",
+        "_decoder",
+        "_encoder",
+        "_status",
+        "_empty_status",
+        "_response_headers",
+        "_plain_result",
+    )
+
+    def __init__(self, signature: HandlerSignature) -> None:
+        self.signature = signature
+        self.handler = signature.handler
+        self.raise_errors = False
+        self._request = signature.request
+        path: list[tuple[str, str, Any]] = []
+        query: list[_Spec] = []
+        gathered: list[tuple[str, Any, tuple[_Spec, ...], bool]] = []
+        headers: list[_Spec] = []
+        cookies: list[_Spec] = []
+        self._body: str | None = None
+        self._body_required = True
+        self._strict_content_type = signature.strict_content_type
+        self._decoder: msgspec.json.Decoder[Any] | None = None
+        for param in signature.parameters:
+            if param.source == "path":
+                # Checked only when it says more than the converter: constraints.
+                check = param.annotation if get_origin(param.annotation) is Annotated else None
+                path.append((param.name, param.key, check))
+            elif param.source == "body":
+                self._body = param.name
+                self._body_required = param.required
+                self._decoder = msgspec.json.Decoder(param.annotation)
+            elif param.fields:
+                specs = tuple(_spec(field, "query.") for field in param.fields)
+                gathered.append((param.name, _strip(param.annotation), specs, param.required))
+            else:
+                {"query": query, "header": headers, "cookie": cookies}[param.source].append(
+                    _spec(param, f"{param.source}.")
+                )
+        self._path = tuple(path)
+        self._query = tuple(query)
+        self._gathered = tuple(gathered)
+        self._headers = tuple(headers)
+        self._cookies = tuple(cookies)
+        self._encoder = msgspec.json.Encoder() if signature.returns is not None else None
+        self._status = signature.status or 200
+        self._empty_status = signature.status or 204
+        self._response_headers = list(Headers(signature.headers)._list) if signature.headers else None
+        # Nothing to do to the result: the server turns it into a response as usual.
+        self._plain_result = self._encoder is None and signature.status is None and not signature.headers
+
+    async def __call__(self, request: Request) -> Any:
+        kwargs: dict[str, Any] = {}
+        if self._request is not None:
+            kwargs[self._request] = request
+        errors: list[dict[str, str]] | None = None
+        if self._body is not None:
+            errors = await self._read_body(request, kwargs)
+        if self._path:
+            errors = self._bind_path(request, kwargs, errors)
+        if self._query:
+            errors = _bind(request.query, self._query, kwargs, errors)
+        for name, cls, specs, required in self._gathered:
+            values: dict[str, Any] = {}
+            found = _bind(request.query, specs, values, None)
+            if found is not None:
+                errors = found if errors is None else errors + found
+            elif values or required:
+                try:
+                    kwargs[name] = cls(**values)
+                except (TypeError, ValueError) as exc:  # its __post_init__ refused: as msgspec treats a body
+                    errors = _add(errors, {"location": "query", "message": str(exc)})
+        if self._headers:
+            errors = _bind(request.headers, self._headers, kwargs, errors)
+        if self._cookies:
+            errors = _bind(request.cookies, self._cookies, kwargs, errors)
+        if errors is not None:
+            if self.raise_errors:
+                raise HTTPUnprocessableEntity(VALIDATION_MESSAGE, details=errors)
+            return Response(_ERRORS_ENCODE(_error_body(errors)), 422, None, _JSON)
+        result = await self.handler(**kwargs)
+        if self._plain_result or isinstance(result, Response):
+            return result
+        if self._encoder is not None and result is not None:
+            response = Response(self._encoder.encode(result), self._status, None, _JSON)
+        else:
+            response = to_response(result)  # a dict or a list: JSON; None: no content
+            response._status = self._status if result is not None else self._empty_status
+        if self._response_headers is not None:
+            response_headers = Headers.__new__(Headers)
+            response_headers._list = list(self._response_headers)
+            response._headers = response_headers
+        return response
+
+    async def _read_body(self, request: Request, kwargs: dict[str, Any]) -> list[dict[str, str]] | None:
+        content_type = request.content_type
+        if content_type == _JSON or content_type.endswith("+json") or not (content_type or self._strict_content_type):
+            body = await request.read()
+        else:
+            # Another type, or none: a browser sends either cross-site with no CORS
+            # preflight. Only an empty body goes on, to the default or to "body is empty".
+            if content_type and self._body_required:
+                raise _unsupported(content_type)
+            body = await request.read()
+            if body:
+                raise _unsupported(content_type)
+        if not body:
+            if self._body_required:
+                raise _bad_body("request body is empty; expected JSON")
+            return None  # the parameter's default
+        assert self._decoder is not None and self._body is not None
+        try:
+            if not body.isascii():
+                body.decode()  # msgspec checks only the strings it keeps: JSON is UTF-8 throughout
+            kwargs[self._body] = self._decoder.decode(body)
+        except msgspec.ValidationError as exc:
+            return [_problem("body", str(exc))]
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            raise _bad_body(f"request body is not valid JSON: {exc}") from None
+        except RecursionError:  # msgspec's depth is bounded by Python's recursion limit
+            raise _bad_body("request body is not valid JSON: JSON nested too deeply") from None
+        return None
+
+    def _bind_path(
+        self, request: Request, kwargs: dict[str, Any], errors: list[dict[str, str]] | None
+    ) -> list[dict[str, str]] | None:
+
+        params = request.path_params
+        for name, key, check in self._path:
+            value = params[key]
+            if check is not None:
+                try:
+                    value = msgspec.convert(value, check)
+                except msgspec.ValidationError as exc:
+                    errors = _add(errors, _problem(f"path.{key}", str(exc)))
+                    continue
+            kwargs[name] = value
+        return errors
+
+
+def _bind(
+    source: Any, specs: tuple[_Spec, ...], out: dict[str, Any], errors: list[dict[str, str]] | None
+) -> list[dict[str, str]] | None:
+    """Take each spec's value out of ``source`` (a MultiDict, Headers or dict) into ``out``."""
+    for name, key, tp, many, required, location in specs:
+        if many:
+            value: Any = source.getall(key)
+            if not value:
+                value = None
+        else:
+            value = source.get(key)
+        if value is None:
+            if required:
+                errors = _add(errors, {"location": location, "message": "required"})
+            continue  # the default applies
+        if tp is not None:
+            try:
+                value = msgspec.convert(value, tp, strict=False)
+            except msgspec.ValidationError as exc:
+                errors = _add(errors, _problem(location, str(exc)))
+                continue
+        out[name] = value
+    return errors
+
+
+def _unsupported(content_type: str) -> HTTPUnsupportedMediaType:
+    got = content_type or "no Content-Type"
+    return HTTPUnsupportedMediaType(
+        f"expected a JSON body (application/json), got {got}",
+        details=[{"location": "header.content-type", "message": f"expected application/json, got {got}"}],
+    )
+
+
+def _bad_body(message: str) -> HTTPBadRequest:
+    return HTTPBadRequest(message, details=[{"location": "body", "message": message}])
+
+
+def _add(errors: list[dict[str, str]] | None, problem: dict[str, str]) -> list[dict[str, str]]:
+    if errors is None:
+        return [problem]
+    errors.append(problem)
+    return errors
+
+
+def _problem(location: str, message: str) -> dict[str, str]:
+    """A msgspec error as a problem: its ``- at `$.a[0].b``` suffix goes into the location."""
+    message, at, path = message.partition(" - at `$")
+    if at:
+        location += path[:-1]  # ".a[0].b" or "[0]", without the closing backquote
+    if message.startswith("Object missing required field `"):
+        location += "." + message[31:-1]
+    return {"location": location, "message": message}
+
+
+def _error_body(errors: list[dict[str, str]]) -> dict[str, Any]:
+    return {"error": {"status": 422, "message": VALIDATION_MESSAGE, "details": errors}}
+
+
+def _encode_errors(value: Any) -> bytes:
+    global _ERRORS_ENCODE
+    _ERRORS_ENCODE = msgspec.json.Encoder().encode  # bound once, on the first 422
+    return _ERRORS_ENCODE(value)
+
+
+_ERRORS_ENCODE: Callable[[Any], bytes] = _encode_errors

@@ -1,0 +1,445 @@
+"""Typed handlers: what a handler takes and returns, declared by its type hints.
+
+A handler's signature is read once, when its route is registered in an App:
+each parameter besides the request gets its source (path, query, header,
+cookie or body), its name on the wire and a checked type, and the return
+annotation may name a response model. A handler that takes only the request,
+returns no model and whose route declares no status or headers is called as it
+is: it pays nothing. Any other is wrapped in a
+:class:`~aiorest.typed.TypedEndpoint`, which binds the parameters from the
+request, validates them with msgspec (decoders built at registration) and
+encodes the result.
+
+What was declared stays on the route as a :class:`HandlerSignature`, in a
+structured form (for documents such as OpenAPI).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import decimal
+import enum
+import functools
+import inspect
+import operator
+import types
+import typing
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+
+from ..http.request import Request
+from ..http.response import Response
+from ..routing.convertors import Convertor, FloatConvertor, IntConvertor, PathConvertor, StringConvertor, UUIDConvertor
+
+try:
+    import msgspec
+except ImportError:  # an optional dependency: typed handlers say so when registered
+    msgspec = None  # type: ignore[assignment]
+
+__all__ = [
+    "Query",
+    "Header",
+    "Cookie",
+    "Body",
+    "Parameter",
+    "HandlerSignature",
+    "read_signature",
+    "VALIDATION_MESSAGE",
+]
+
+#: The ``message`` of a 422 answer; ``details`` lists the problems.
+VALIDATION_MESSAGE = "the request is not valid"
+
+Source = Literal["path", "query", "header", "cookie", "body"]
+
+
+# -- markers -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Marker:
+    alias: str | None = None
+    source: ClassVar[Source]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Query(_Marker):
+    """``Annotated[int, Query("page-size")]``: a query parameter read under another key.
+
+    A parameter without a marker that is not a path parameter is a query
+    parameter under its own name already. On a Struct, dataclass or TypedDict,
+    ``Query()`` gathers the query parameters into it, one per field.
+    """
+
+    source: ClassVar[Source] = "query"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Header(_Marker):
+    """``Annotated[str, Header()]``: a request header, by default the parameter's name
+    with ``_`` written ``-`` (``x_token`` reads ``X-Token``); ``alias`` names it."""
+
+    source: ClassVar[Source] = "header"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Cookie(_Marker):
+    """``Annotated[str | None, Cookie("session")]``: a cookie, by default under the parameter's name."""
+
+    source: ClassVar[Source] = "cookie"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Body(_Marker):
+    """``Annotated[list[Item], Body()]``: the JSON body, when its type is not a Struct,
+    dataclass or TypedDict (which are the body without a marker)."""
+
+    source: ClassVar[Source] = "body"
+
+
+# -- what was declared ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Parameter:
+    """One declared input of a typed handler.
+
+    ``name`` is the handler's parameter; ``key`` its name on the wire (the path
+    parameter, query key, header name in lower case, cookie name; ``""`` for the
+    body). ``annotation`` is the declared type, ``Annotated`` constraints kept.
+    ``default`` is meaningful only when ``required`` is False. The marker
+    (:class:`Header`, ...) is left out of ``annotation``: ``source`` says it. ``fields``: for
+    query parameters gathered into one Struct, dataclass or TypedDict, one
+    Parameter a field (``name`` is then the field's name).
+    """
+
+    name: str
+    source: Source
+    key: str
+    annotation: Any
+    required: bool = True
+    default: Any = None
+    fields: tuple[Parameter, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HandlerSignature:
+    """What a typed handler declares, read once at registration.
+
+    ``request``: the name it takes the request under (None if it does not).
+    ``returns``: the response model (the return annotation when it names one),
+    else None. ``status``, ``headers`` and ``strict_content_type``: declared on
+    the route.
+    """
+
+    handler: Any
+    parameters: tuple[Parameter, ...]
+    request: str | None
+    returns: Any
+    status: int | None
+    headers: Mapping[str, str]
+    strict_content_type: bool = True
+
+
+# -- registration ----------------------------------------------------------------------
+
+_CONVERTOR_TYPES: dict[type, type] = {
+    StringConvertor: str,
+    PathConvertor: str,
+    IntConvertor: int,
+    FloatConvertor: float,
+    UUIDConvertor: uuid.UUID,
+}
+_SCALARS = frozenset(
+    {str, int, float, bool, uuid.UUID, decimal.Decimal, datetime.datetime, datetime.date, datetime.time}
+)
+_SEQUENCES = frozenset({list, tuple, set, frozenset})
+_NO_HEADERS: Mapping[str, str] = types.MappingProxyType({})
+
+
+class _Declared(TypeError):
+    """A declaration that cannot work; ``read_signature`` names the handler in the message."""
+
+
+def read_signature(
+    handler: Callable[..., Any],
+    method: str,
+    path: str,
+    path_params: Sequence[tuple[str, Convertor]],
+    status: int | None = None,
+    headers: Mapping[str, str] | None = None,
+    strict_content_type: bool = True,
+) -> HandlerSignature | None:
+    """Read ``handler``'s declarations for the route ``method path``.
+
+    Returns None for a handler that takes only the request and returns no
+    model, on a route with no declared status or headers: it is called as it
+    is. Otherwise its signature, for a :class:`~aiorest.typed.TypedEndpoint`
+    to bind. A declaration that cannot work raises TypeError naming the handler
+    and the parameter. ``status`` and ``headers`` were checked by the Route.
+    """
+    checked_headers: Mapping[str, str] = headers or _NO_HEADERS
+    where = f"handler {_describe(handler)} of {method} {path}"
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{where}: cannot read its signature: {exc}") from None
+    params = list(signature.parameters.values())
+    plain_call = (
+        len(params) == 1
+        and params[0].kind in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD)
+        and status is None
+        and not checked_headers
+    )
+    if plain_call and params[0].annotation is params[0].empty and signature.return_annotation is signature.empty:
+        return None  # the common untyped handler: not even its annotations are resolved
+    try:
+        hints = typing.get_type_hints(_hinted(handler), include_extras=True)
+    except Exception as exc:
+        if plain_call and (params[0].name == "request" or "Request" in str(params[0].annotation)):
+            return None  # annotations it cannot resolve: called as before typed handlers
+        raise TypeError(f"{where}: cannot resolve its annotations: {exc!r}") from None
+    returns = hints.get("return")
+    if plain_call and _is_request(params[0], hints, only=True) and not _names_model(returns):
+        return None
+    try:
+        parameters, request_name = _read(params, hints, dict(path_params))
+        model = _response_model(returns)
+    except _Declared as exc:
+        raise TypeError(f"{where}: {exc}") from None
+    return HandlerSignature(handler, parameters, request_name, model, status, checked_headers, strict_content_type)
+
+
+def _describe(handler: object) -> str:
+    return repr(getattr(handler, "__qualname__", None) or type(handler).__qualname__)
+
+
+def _hinted(handler: Callable[..., Any]) -> Any:
+    if inspect.isfunction(handler) or inspect.ismethod(handler):
+        return handler
+    return type(handler).__call__  # an instance with ``async def __call__``
+
+
+def _is_request(param: inspect.Parameter, hints: Mapping[str, Any], only: bool) -> bool:
+    hint = hints.get(param.name)
+    if isinstance(hint, type) and issubclass(hint, Request):
+        return True
+    if _marker(hint) is not None:
+        return False
+    return param.name == "request" or (only and (hint is None or hint is Any))
+
+
+def _read(
+    params: list[inspect.Parameter], hints: Mapping[str, Any], path_params: Mapping[str, Convertor]
+) -> tuple[tuple[Parameter, ...], str | None]:
+    """The declared parameters, and the name the request is taken under."""
+    _require_msgspec()
+    request_name = None
+    declared: list[Parameter] = []
+    for param in params:
+        if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            raise _Declared(f"parameter {param.name!r}: a typed handler takes named parameters only, not {param.kind}")
+        if request_name is None and _is_request(param, hints, only=len(params) == 1):
+            request_name = param.name
+            continue
+        declared.append(_parameter(param, hints.get(param.name), path_params))
+    bodies = [p.name for p in declared if p.source == "body"]
+    if len(bodies) > 1:
+        raise _Declared(f"parameters {bodies[0]!r} and {bodies[1]!r} both read the body; a handler has one body")
+    return tuple(declared), request_name
+
+
+def _response_model(returns: Any) -> Any:
+    if not _names_model(returns):
+        return None
+    model = _without_responses(returns)
+    _check_schema(model, "the return annotation")
+    return model
+
+
+def _parameter(param: inspect.Parameter, hint: Any, path_params: Mapping[str, Convertor]) -> Parameter:
+    name = param.name
+    required = param.default is param.empty
+    default = None if required else param.default
+    marker = _marker(hint)
+    if marker is not None:
+        hint = _without_marker(hint)
+    what = f"parameter {name!r}"
+    if marker is None and name in path_params:
+        if not required:
+            raise _Declared(f"{what} is a path parameter: it cannot have a default")
+        if hint is not None:
+            _check_path_type(what, hint, path_params[name])
+        return Parameter(name, "path", name, hint, True, None)
+    if hint is None:
+        raise _Declared(
+            f"{what} has no annotation and matches no path parameter of the route: annotate it "
+            f"(a query parameter: '{name}: int = 10'), or name it after a path parameter"
+        )
+    base = _strip(hint)
+    args = _union_args(base)
+    if args is not None and len(args) == 2 and type(None) in args:
+        base = _strip(args[0] if args[1] is type(None) else args[1])  # Optional: its type says the source
+    if isinstance(marker, Body) or (marker is None and _is_model_class(base)):
+        _check_schema(hint, what)
+        return Parameter(name, "body", "", hint, required, default)
+    source: Source = "query" if marker is None else marker.source
+    if source == "query" and _is_model_class(base):
+        return Parameter(name, "query", "", hint, required, default, _gathered_fields(what, base))
+    key = name
+    if marker is not None and marker.alias:
+        key = marker.alias
+    elif source == "header":
+        key = name.replace("_", "-")
+    if source == "header":
+        key = key.lower()
+    _check_scalar(what, hint, many_allowed=source != "cookie")
+    return Parameter(name, source, key, hint, required, default)
+
+
+def _marker(hint: Any) -> _Marker | None:
+    if get_origin(hint) is Annotated:
+        for extra in hint.__metadata__:
+            if isinstance(extra, _Marker):
+                return extra
+    return None
+
+
+def _without_marker(hint: Any) -> Any:
+    """``Annotated[int, Header(), Meta(ge=1)]`` is ``Annotated[int, Meta(ge=1)]``: the source is said elsewhere."""
+    kept = tuple(extra for extra in hint.__metadata__ if not isinstance(extra, _Marker))
+    return Annotated[(hint.__origin__, *kept)] if kept else hint.__origin__
+
+
+def _strip(hint: Any) -> Any:
+    """The type without its ``Annotated`` metadata."""
+    while get_origin(hint) is Annotated:
+        hint = get_args(hint)[0]
+    return hint
+
+
+def _is_model_class(tp: Any) -> bool:
+    """A Struct, dataclass, TypedDict or NamedTuple: an object, not a value."""
+    if not isinstance(tp, type):
+        return False
+    if dataclasses.is_dataclass(tp) or typing.is_typeddict(tp):
+        return True
+    if issubclass(tp, tuple) and hasattr(tp, "_fields"):
+        return True
+    return any(cls.__name__ == "Struct" and cls.__module__.startswith("msgspec") for cls in tp.__mro__)
+
+
+def _names_model(annotation: Any) -> bool:
+    """Whether a return annotation names a response model (somewhere inside it)."""
+    if annotation is None:
+        return False
+    tp = _strip(annotation)
+    if _is_model_class(tp):
+        return True
+    return any(_names_model(arg) for arg in get_args(tp) if not isinstance(arg, (str, int, float, bool, bytes)))
+
+
+def _without_responses(annotation: Any) -> Any:
+    """``Model | Response`` is ``Model``: a Response returned is sent as it is."""
+    args = _union_args(_strip(annotation))
+    if args is None:
+        return annotation
+    kept = [arg for arg in args if not (isinstance(arg, type) and issubclass(arg, Response))]
+    return functools.reduce(operator.or_, kept)
+
+
+def _union_args(tp: Any) -> tuple[Any, ...] | None:
+    if get_origin(tp) in (Union, types.UnionType):
+        return get_args(tp)
+    return None
+
+
+def _is_scalar(tp: Any) -> bool:
+    tp = _strip(tp)
+    args = _union_args(tp)
+    if args is not None:
+        return all(arg is type(None) or _is_scalar(arg) for arg in args)
+    if get_origin(tp) is Literal:
+        return True
+    return tp in _SCALARS or (isinstance(tp, type) and issubclass(tp, enum.Enum))
+
+
+def _sequence_item(tp: Any) -> Any | None:
+    """The item type of ``list[X]`` (also tuple[X, ...], set, frozenset), maybe Optional."""
+    tp = _strip(tp)
+    args = _union_args(tp)
+    if args is not None:
+        others = [arg for arg in args if arg is not type(None)]
+        return _sequence_item(others[0]) if len(others) == 1 else None
+    origin = get_origin(tp)
+    if origin not in _SEQUENCES:
+        return None
+    items = get_args(tp)
+    if origin is tuple:
+        return items[0] if len(items) == 2 and items[1] is Ellipsis else None
+    return items[0] if items else None
+
+
+def _check_scalar(what: str, hint: Any, many_allowed: bool) -> None:
+    if _is_scalar(hint):
+        return
+    item = _sequence_item(hint)
+    if item is not None and _is_scalar(item) and many_allowed:
+        return
+    kinds = "a str, int, float, bool, UUID, Decimal, date/time, Enum or Literal"
+    if many_allowed:
+        kinds += " (or a list of them, for repeated keys)"
+    raise _Declared(
+        f"{what}: unsupported annotation {hint!r}: it must be {kinds}; "
+        "a Struct, dataclass or TypedDict is the JSON body, Annotated[..., Body()] marks another body type"
+    )
+
+
+def _check_path_type(what: str, hint: Any, convertor: Convertor) -> None:
+    expected = _CONVERTOR_TYPES.get(type(convertor))
+    if expected is None:  # a custom converter: its convert's return annotation, if it has one
+        try:
+            expected = typing.get_type_hints(type(convertor).convert).get("return")
+        except Exception:
+            expected = None
+        if expected is None or expected is Any:
+            return
+    if _strip(hint) is not expected:
+        raise _Declared(
+            f"{what} is annotated {hint!r}, but its path converter gives {getattr(expected, '__name__', expected)}: "
+            "make them agree"
+        )
+
+
+def _gathered_fields(what: str, cls: type) -> tuple[Parameter, ...]:
+    """The fields of a Struct, dataclass or TypedDict that gathers query parameters."""
+    fields: list[Parameter] = []
+    info = msgspec.inspect.type_info(cls)
+    if not isinstance(info, (msgspec.inspect.StructType, msgspec.inspect.DataclassType, msgspec.inspect.TypedDictType)):
+        raise _Declared(f"{what}: query parameters gather into a Struct, a dataclass or a TypedDict, not {cls!r}")
+    hints = typing.get_type_hints(cls, include_extras=True)
+    for field in info.fields:
+        hint = hints[field.name]
+        _check_scalar(f"{what}, field {field.name!r}", hint, many_allowed=True)
+        default = None if field.default is msgspec.NODEFAULT else field.default
+        fields.append(Parameter(field.name, "query", field.encode_name, hint, field.required, default))
+    return tuple(fields)
+
+
+def _check_schema(hint: Any, what: str) -> None:
+    """msgspec must be able to decode or encode the type, and to describe it as JSON Schema."""
+    try:
+        msgspec.json.schema(hint)
+    except (TypeError, ValueError, NameError) as exc:
+        first_line = str(exc).splitlines()[-1] if str(exc) else type(exc).__name__
+        raise _Declared(f"{what}: unsupported annotation {hint!r}: {first_line}") from None
+
+
+def _require_msgspec() -> None:
+    if msgspec is None:
+        raise _Declared(
+            "typed handlers (typed parameters, a response model, a declared status or headers) need msgspec: "
+            "pip install '.[typed]' in aiorest's checkout"
+        )

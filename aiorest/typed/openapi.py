@@ -1,0 +1,431 @@
+"""An OpenAPI 3.1 document built from an App's routes, and the routes that serve it.
+
+The document is read off what registration already knows: each route's path
+template and converters, and the :class:`~aiorest.typed.HandlerSignature` of a
+typed handler. Schemas are msgspec's JSON Schema, made for every type at once so
+that each Struct is one component under ``#/components/schemas``.
+
+The interactive docs (Swagger UI, ReDoc) are served from the files of the
+``openapi-ui-bundles`` package, never from a CDN: an app deployed where the
+internet is out of reach keeps its docs.
+"""
+
+from __future__ import annotations
+
+import html
+import inspect
+import json
+import re
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from http import HTTPStatus
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from ..http.exceptions import HTTPError
+from ..http.response import Response
+from ..routing.convertors import Convertor
+from .declare import _CONVERTOR_TYPES, VALIDATION_MESSAGE, HandlerSignature, Parameter, _hinted, _strip, _union_args
+
+if TYPE_CHECKING:
+    from ..app.application import App
+    from ..http.request import Request
+    from ..routing.route import Route
+
+try:
+    import msgspec
+except ImportError:  # an optional dependency: the document says so when asked for
+    msgspec = None  # type: ignore[assignment]
+
+__all__ = ["build_openapi", "raises", "OPENAPI_VERSION", "SECURED"]
+
+#: The attribute under which :func:`~aiorest.auth.login_required` and
+#: :func:`~aiorest.auth.requires` mark a handler as needing credentials: its
+#: operation lists the security schemes of the ``Auth`` middleware around it.
+SECURED = "__aiorest_secured__"
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def raises(*errors: type[HTTPError]) -> Callable[[_F], _F]:
+    """Say in the OpenAPI document that a handler may answer with these errors.
+
+    Each :class:`~aiorest.HTTPError` subclass adds its ``status`` to the
+    operation's responses, in the project's error shape: ``@raises(HTTPConflict)``
+    under the route's decorator. The handler is returned as it is; calling it
+    costs nothing more.
+    """
+    for error in errors:
+        if not (isinstance(error, type) and issubclass(error, HTTPError)):
+            raise TypeError(f"raises() takes HTTPError subclasses, not {error!r}")
+        HTTPStatus(error.status)  # a status the document can describe: ValueError otherwise
+
+    def declare(handler: _F) -> _F:
+        handler.__aiorest_raises__ = (*getattr(handler, "__aiorest_raises__", ()), *errors)  # type: ignore[attr-defined]
+        return handler
+
+    return declare
+
+
+#: The version of the OpenAPI specification the document follows.
+OPENAPI_VERSION = "3.1.0"
+
+_REF = "#/components/schemas/{name}"
+_PARAM_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::([A-Za-z_][A-Za-z0-9_]*))?\}")
+_JSON = "application/json"
+_NO_CONTENT = frozenset({204, 304})
+# The error answers, by status: their components under #/components/responses. 405
+# answers a method a path lacks, which has no operation: it is in the components only.
+_ERRORS = {
+    400: "BadRequest",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    415: "UnsupportedMediaType",
+    422: "ValidationFailed",
+}
+
+
+def build_openapi(app: App, *, title: str, version: str, description: str | None = None) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of ``app``'s routes (see :meth:`aiorest.App.openapi`)."""
+    _require_msgspec()
+    routes = [route for route in app.router.routes() if not isinstance(route.handler, _Served)]
+    types = _Types()
+    error, validation = _error_types()
+    error_ref, validation_ref = types.add(error), types.add(validation)
+    operations = [(route, _Operation(route, app.router.convertors, types)) for route in routes]
+    schemas, components = types.resolve()
+
+    paths: dict[str, dict[str, Any]] = {}
+    operation_ids: set[str] = set()
+    tags: dict[str, None] = {}
+    security_schemes: dict[str, Any] = {}
+    for route, operation in operations:
+        built = operation.build(schemas)
+        for raised in getattr(route.handler, "__aiorest_raises__", ()):
+            status = int(raised.status)
+            built["responses"].setdefault(
+                str(status),
+                {"$ref": f"#/components/responses/{_ERRORS[status]}"}
+                if status in _ERRORS
+                else {"description": HTTPStatus(status).phrase, "content": {_JSON: {"schema": schemas[error_ref]}}},
+            )
+        if getattr(route.handler, SECURED, False):
+            schemes = _security_schemes((*app.middleware, *route.middleware))
+            if schemes:
+                built["security"] = [{name: []} for name in schemes]  # any one of them
+                security_schemes.update(schemes)
+        built["operationId"] = _unique(operation.operation_id, route.method, operation_ids)
+        if operation.tag is not None:
+            built["tags"] = [operation.tag]
+            tags[operation.tag] = None
+        paths.setdefault(_PARAM_RE.sub(r"{\1}", route.path), {})[route.method.lower()] = built
+
+    info: dict[str, Any] = {"title": title, "version": version}
+    if description:
+        info["description"] = description
+    document: dict[str, Any] = {"openapi": OPENAPI_VERSION, "info": info}
+    if tags:
+        document["tags"] = [{"name": tag} for tag in tags]
+    document["paths"] = paths
+    responses = {
+        name: {
+            "description": HTTPStatus(status).phrase,
+            "content": {_JSON: {"schema": schemas[validation_ref if status == 422 else error_ref]}},
+        }
+        for status, name in _ERRORS.items()
+    }
+    document["components"] = {"schemas": components, "responses": responses}
+    if security_schemes:
+        document["components"]["securitySchemes"] = security_schemes
+    return document
+
+
+def _security_schemes(middleware: Iterable[Any]) -> dict[str, Any]:
+    """The security schemes of the innermost middleware that describes some (``Auth``: its identity policy's)."""
+    found: dict[str, Any] = {}
+    for one in middleware:
+        describe = getattr(one, "openapi_security_schemes", None)
+        if describe is not None:
+            found = describe()
+    return found
+
+
+def _require_msgspec() -> None:
+    if msgspec is None:
+        raise RuntimeError(
+            "the OpenAPI document needs msgspec for its JSON Schemas: pip install '.[openapi]' in aiorest's checkout"
+        )
+
+
+class _Types:
+    """Every type the document describes, turned into schemas by one msgspec call."""
+
+    def __init__(self) -> None:
+        self._types: list[Any] = []
+
+    def add(self, tp: Any) -> int:
+        self._types.append(tp)
+        return len(self._types) - 1
+
+    def resolve(self) -> tuple[tuple[dict[str, Any], ...], dict[str, Any]]:
+        schemas, components = msgspec.json.schema_components(self._types, ref_template=_REF)
+        return schemas, components
+
+
+class _Operation:
+    """One route's operation, its schemas to be filled in once every type is known."""
+
+    def __init__(self, route: Route, convertors: dict[str, Convertor], types: _Types) -> None:
+        self.route = route
+        signature: HandlerSignature | None = route.signature
+        declared = {p.key: p for p in signature.parameters if p.source == "path"} if signature else {}
+        # (parameter object without its schema, index of its type, default)
+        self.parameters: list[tuple[dict[str, Any], int, Any]] = []
+        for name, convertor in _path_params(route.path, convertors):
+            param = declared.get(name)
+            tp = param.annotation if param is not None and param.annotation is not None else _type_of(convertor)
+            self.parameters.append(({"name": name, "in": "path", "required": True}, types.add(tp), None))
+        self.body: tuple[Parameter, int] | None = None
+        for param in signature.parameters if signature else ():
+            if param.source == "body":
+                self.body = (param, types.add(param.annotation))
+            elif param.source != "path":
+                for one in param.fields or (param,):
+                    where = {"name": one.key, "in": param.source, "required": one.required}
+                    self.parameters.append((where, types.add(one.annotation), None if one.required else one.default))
+        # The success answer's body: an index into the schemas, _ANY (JSON, nothing known) or None (no body
+        # known to be JSON: a Response, whose media type is the handler's, or None, which is no content).
+        returns = signature.returns if signature else None
+        self.returns: int | None = types.add(returns) if returns is not None else _returns(route.handler, types)
+        self.validates = bool(signature and signature.parameters)
+        self.operation_id = route.name or getattr(route.handler, "__name__", None) or type(route.handler).__name__
+        self.tag = route.name.rpartition(".")[0] or None if route.name else None
+
+    def build(self, schemas: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+        route = self.route
+        operation: dict[str, Any] = {}
+        summary, description = _docstring(route.handler)
+        if summary:
+            operation["summary"] = summary
+        if description:
+            operation["description"] = description
+        if self.parameters:
+            operation["parameters"] = [
+                {**where, "schema": _with_default(schemas[index], default)} for where, index, default in self.parameters
+            ]
+        if self.body is not None:
+            param, index = self.body
+            operation["requestBody"] = {"required": param.required, "content": {_JSON: {"schema": schemas[index]}}}
+        status = route.status or 200
+        success: dict[str, Any] = {"description": HTTPStatus(status).phrase}
+        if status not in _NO_CONTENT and self.returns is not None:
+            schema = schemas[self.returns] if self.returns != _ANY else {}
+            success["content"] = {_JSON: {"schema": schema}}
+        if route.headers:
+            success["headers"] = {
+                name: {"schema": {"type": "string", "const": value}} for name, value in route.headers.items()
+            }
+        responses: dict[str, Any] = {str(status): success}
+        errors = []
+        if self.body is not None:
+            errors += [400, 415]
+        if "{" in route.path:
+            errors.append(404)
+        if self.validates:
+            errors.append(422)
+        for code in sorted(errors):
+            responses[str(code)] = {"$ref": f"#/components/responses/{_ERRORS[code]}"}
+        operation["responses"] = responses
+        return operation
+
+
+_ANY = -1  # a JSON body of no known schema
+
+
+def _returns(handler: Any, types: _Types) -> int | None:
+    """What an untyped handler's (or a handler without a model's) return annotation says of its body.
+
+    No annotation: JSON of no known schema (a dict or a list is the usual
+    answer). A Response or None, alone or in a union: no JSON body to promise.
+    Any other annotation (``dict[str, int]``): its schema, when msgspec can make
+    one.
+    """
+    try:
+        hints = typing.get_type_hints(_hinted(handler), include_extras=True)
+    except Exception:
+        return _ANY
+    if "return" not in hints:
+        return _ANY
+    returns = hints["return"]
+    args = _union_args(_strip(returns)) or (returns,)
+    if any(arg is type(None) or (isinstance(arg, type) and issubclass(arg, Response)) for arg in args):
+        return None
+    try:
+        msgspec.json.schema(returns)
+    except (TypeError, ValueError, NameError):
+        return _ANY
+    return types.add(returns)
+
+
+def _path_params(template: str, convertors: dict[str, Convertor]) -> Iterable[tuple[str, Convertor]]:
+    for match in _PARAM_RE.finditer(template):
+        yield match.group(1), convertors[match.group(2) or "str"]
+
+
+def _type_of(convertor: Convertor) -> Any:
+    """What a converter gives: known for aiorest's, its ``convert``'s annotation for others, else str."""
+    known = _CONVERTOR_TYPES.get(type(convertor))
+    if known is not None:
+        return known
+    try:
+        returns = inspect.get_annotations(type(convertor).convert, eval_str=True).get("return")
+    except Exception:
+        returns = None
+    return returns if isinstance(returns, type) else str
+
+
+def _with_default(schema: dict[str, Any], default: Any) -> dict[str, Any]:
+    if default is None:
+        return schema
+    try:
+        return {**schema, "default": msgspec.to_builtins(default)}
+    except TypeError:  # a default JSON cannot say: the schema goes without it
+        return schema
+
+
+def _docstring(handler: Any) -> tuple[str, str]:
+    """The summary (first line) and the description (the rest) of a handler's docstring."""
+    doc = inspect.getdoc(handler) if inspect.isfunction(handler) or inspect.ismethod(handler) else None
+    if doc is None:
+        doc = inspect.getdoc(type(handler).__call__) if not inspect.isroutine(handler) else None
+    if not doc:
+        return "", ""
+    summary, _, rest = doc.partition("\n")
+    return summary.strip(), rest.strip()
+
+
+def _unique(operation_id: str, method: str, taken: set[str]) -> str:
+    """A handler registered for several methods or paths gets one id each."""
+    candidate = operation_id
+    if candidate in taken:
+        candidate = f"{operation_id}_{method.lower()}"
+    number = 2
+    while candidate in taken:
+        candidate = f"{operation_id}_{method.lower()}_{number}"
+        number += 1
+    taken.add(candidate)
+    return candidate
+
+
+_ERROR_TYPES: tuple[Any, Any] | None = None
+
+
+def _error_types() -> tuple[Any, Any]:
+    """The project's error shape as msgspec types: any error, and a 422 with its problems."""
+    global _ERROR_TYPES
+    if _ERROR_TYPES is None:
+        # made with defstruct: the annotations of classes made in a function would not resolve
+        error = msgspec.defstruct("ErrorBody", [("status", int), ("message", str), ("details", Any, None)])
+        problem = msgspec.defstruct("ValidationProblem", [("location", str), ("message", str)])
+        validation = msgspec.defstruct(
+            "ValidationErrorBody",
+            [("status", Literal[422]), ("message", Literal[VALIDATION_MESSAGE]), ("details", list[problem])],  # type: ignore[valid-type]
+        )
+        error_response = msgspec.defstruct("ErrorResponse", [("error", error)])
+        validation_response = msgspec.defstruct("ValidationErrorResponse", [("error", validation)])
+        _ERROR_TYPES = (error_response, validation_response)
+    return _ERROR_TYPES
+
+
+# -- the routes that serve it -------------------------------------------------------
+
+_ASSETS = {"Cache-Control": "public, max-age=86400"}
+_PAGES = {"Cache-Control": "no-cache"}
+# ReDoc shows a logo from its CDN: the page tells the browser not to fetch images from elsewhere.
+_REDOC_PAGE = {**_PAGES, "Content-Security-Policy": "img-src 'self' data:"}
+_HTML = "text/html; charset=utf-8"
+_MEDIA_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8", ".png": "image/png"}
+_SWAGGER_FILES = ("swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png")
+_REDOC_FILES = ("redoc.standalone.js",)
+
+
+class _Served:
+    """A route of the docs' own: answers one fixed body, made on the first request."""
+
+    __slots__ = ("_make", "_media_type", "_headers", "_body")
+
+    def __init__(self, make: Callable[[], bytes], media_type: str, headers: Mapping[str, str]) -> None:
+        self._make = make
+        self._media_type = media_type
+        self._headers = headers
+        self._body: bytes | None = None
+
+    async def __call__(self, request: Request) -> Response:
+        if self._body is None:
+            self._body = self._make()
+        return Response(self._body, 200, self._headers, self._media_type)
+
+
+def openapi_routes(
+    app: App,
+    openapi_url: str,
+    docs_url: str | None,
+    redoc_url: str | None,
+    title: str | None,
+    version: str | None,
+) -> list[tuple[str, _Served]]:
+    """The (path, endpoint) pairs of :meth:`aiorest.App.add_openapi_routes`."""
+    _require_msgspec()  # now, not on the first request
+    routes: list[tuple[str, _Served]] = [
+        (openapi_url, _Served(lambda: msgspec.json.encode(app.openapi(title=title, version=version)), _JSON, _PAGES))
+    ]
+    if docs_url is None and redoc_url is None:
+        return routes
+    bundles = _bundles()
+    page_title = html.escape(title or app.title)
+    spec = html.escape(openapi_url)
+    if docs_url is not None:
+        init = (
+            f"window.ui = SwaggerUIBundle({{url: {json.dumps(openapi_url)}, dom_id: '#swagger-ui', "
+            "deepLinking: true, validatorUrl: null, presets: [SwaggerUIBundle.presets.apis]});\n"
+        )
+        page = (
+            f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{page_title}</title>\n'
+            f'<link rel="icon" type="image/png" href="{docs_url}/favicon-32x32.png">\n'
+            f'<link rel="stylesheet" href="{docs_url}/swagger-ui.css"></head>\n'
+            f'<body><div id="swagger-ui"></div>\n<script src="{docs_url}/swagger-ui-bundle.js"></script>\n'
+            f'<script src="{docs_url}/swagger-ui-init.js"></script></body></html>\n'
+        )
+        routes.append((docs_url, _Served(page.encode, _HTML, _PAGES)))
+        routes.append((f"{docs_url}/swagger-ui-init.js", _Served(init.encode, _MEDIA_TYPES[".js"], _PAGES)))
+        routes += _files(bundles.swagger_ui.static_path, _SWAGGER_FILES, docs_url)
+    if redoc_url is not None:
+        page = (
+            f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{page_title}</title></head>\n'
+            f'<body><redoc spec-url="{spec}"></redoc>\n'
+            f'<script src="{redoc_url}/redoc.standalone.js"></script></body></html>\n'
+        )
+        routes.append((redoc_url, _Served(page.encode, _HTML, _REDOC_PAGE)))
+        routes += _files(bundles.redoc.static_path, _REDOC_FILES, redoc_url)
+    return routes
+
+
+def _files(folder: Path, names: Iterable[str], prefix: str) -> list[tuple[str, _Served]]:
+    routes = []
+    for name in names:
+        path = Path(folder) / name
+        if not path.is_file():
+            raise RuntimeError(f"the interactive docs' file {path} is missing: reinstall openapi-ui-bundles")
+        routes.append((f"{prefix}/{name}", _Served(path.read_bytes, _MEDIA_TYPES[path.suffix], _ASSETS)))
+    return routes
+
+
+def _bundles() -> Any:
+    try:
+        import openapi_ui_bundles
+    except ImportError:
+        raise RuntimeError(
+            "the interactive docs (Swagger UI, ReDoc) are served from the files of openapi-ui-bundles: "
+            "pip install '.[openapi]' in aiorest's checkout, or pass docs_url=None and redoc_url=None"
+        ) from None
+    return openapi_ui_bundles
