@@ -5,6 +5,43 @@ import pytest
 
 from tests.pg import fresh_database, server_url
 
+# The fast tier, `python -m pytest -q -m "not db and not slow"`: what runs in-process in
+# well under a minute (unit tests, the sans-IO connection fed bytes, servers on a free port).
+# `db`: a test that uses PostgreSQL (one of these fixtures), marked here by its fixtures.
+_DATABASE_FIXTURES = frozenset({"pg_server", "database_url", "shared_database_url"})
+# `slow`: modules whose tests start processes (servers, workers, nginx, PgBouncer, locust,
+# Sphinx, a browser) or run a tool for seconds; a single such test elsewhere says
+# @pytest.mark.slow itself.
+_SLOW_MODULES = frozenset(
+    {
+        "tests/cli/test_cli.py",
+        "tests/db/test_db_restart.py",
+        "tests/db/test_pool_workers.py",
+        "tests/server/test_conformance.py",
+        "tests/server/test_reload.py",
+        "tests/server/test_systemd.py",
+        "tests/server/test_workers.py",
+        "tests/test_bench.py",
+        "tests/test_docs.py",
+        "tests/test_load_compare.py",
+        "tests/test_nginx.py",
+        "tests/test_pgbouncer.py",
+        "tests/test_procs.py",
+        "tests/test_steady.py",
+        "tests/test_tutorial.py",
+        "tests/typed/test_schemathesis.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    for item in items:
+        if _DATABASE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.db)
+        if item.path.relative_to(root).as_posix() in _SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(autouse=True)
 def _quiet_aiorest_logs(caplog: pytest.LogCaptureFixture) -> None:
