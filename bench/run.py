@@ -3,6 +3,12 @@
     python bench/run.py core --rounds 30            # /json, /plaintext: aiorest, aiohttp, ceiling
     python bench/run.py db --rounds 10              # TechEmpower DB endpoints on PostgreSQL
     python bench/run.py --smoke --contenders aiohttp,ceiling --endpoints json   # a quick check
+    python bench/run.py core --against /tmp/old-aiorest --contenders aiorest    # this tree over another
+
+``--against DIR`` adds the same aiorest server run from another checkout of
+aiorest (``git worktree add DIR REV``), named ``aiorest@DIR``: the ratio
+``aiorest/aiorest@DIR`` is this tree's throughput over that one's, measured side
+by side (core suite only).
 
 Each round starts every contender fresh (one process, pinned to CPU 0), warms it
 up, drives it with wrk (pinned to CPU 1), stops it, and rotates the order of
@@ -20,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,6 +51,7 @@ Record = dict[str, Any]  # one measured run, or one cell of the summary: JSON-sh
 class Contender:
     name: str
     command: list[str]  # "{port}" is replaced
+    env: dict[str, str] = field(default_factory=dict)  # added to the suite's environment
 
 
 CORE = [
@@ -121,7 +128,7 @@ def run_suite(
     for round_number in range(rounds):
         shift = round_number % len(contenders)
         for contender in contenders[shift:] + contenders[:shift]:
-            server = ServerProcess(contender.name, contender.command, env)
+            server = ServerProcess(contender.name, contender.command, {**env, **contender.env})
             try:
                 server.wait_ready(paths[0])
                 for path in paths:
@@ -251,6 +258,16 @@ def suite_environment(suite: str, dsn: str | None) -> dict[str, str]:
     return env
 
 
+def against(checkout: Path) -> Contender:
+    """The core suite's aiorest server, run from another checkout (its own aiorest first on the path)."""
+    checkout = checkout.resolve()
+    script = checkout / "bench" / "servers" / "aiorest_app.py"
+    if not script.is_file():
+        raise SystemExit(f"--against {checkout}: no bench/servers/aiorest_app.py there")
+    command = [sys.executable, str(script), "--port", "{port}"]
+    return Contender(f"aiorest@{checkout.name}", command, {"PYTHONPATH": str(checkout)})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("suite", nargs="?", default="core", choices=sorted(SUITES), help="default: core")
@@ -261,11 +278,16 @@ def main() -> None:
     parser.add_argument("--endpoints", default=None, help="comma-separated subset, e.g. json,plaintext")
     parser.add_argument("--smoke", action="store_true", help="a quick check: 2 rounds of 1 s")
     parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL"), help="db suite: a PostgreSQL URL")
+    parser.add_argument("--against", type=Path, help="core suite: also run aiorest from this other checkout")
     args = parser.parse_args()
+    if args.against is not None and args.suite != "core":
+        parser.error("--against compares the core suite's servers only")
     require_wrk()
     if args.smoke:
         args.rounds, args.duration = 2, 1.0
-    contenders = select(SUITES[args.suite][0], lambda c: c.name, args.contenders, "contender")
+    contenders = list(select(SUITES[args.suite][0], lambda c: c.name, args.contenders, "contender"))
+    if args.against is not None:
+        contenders.append(against(args.against))
     paths = select(SUITES[args.suite][1], lambda p: p.lstrip("/").split("?")[0], args.endpoints, "endpoint")
     levels = [int(x) for x in (args.connections or ("64,256" if args.suite == "db" else "64")).split(",")]
     env = suite_environment(args.suite, args.dsn)
