@@ -18,8 +18,6 @@ import contextvars
 import logging
 import time
 import types
-from asyncio import current_task
-from asyncio.tasks import _enter_task, _leave_task  # Python 3.11-3.14: see HandlerDriver._new_runner
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from contextvars import copy_context
@@ -31,6 +29,7 @@ from ..http.request import AppInterface, Request
 from ..http.requestid import request_id_var, request_numbers, valid_request_id
 from ..http.response import Response, StreamResponse, error_response, to_response
 from .state import ServerState
+from .stepping import DONE, forget_cancels, resume, run_task, step
 from .writing import short_answer, write_response, write_stream
 
 if TYPE_CHECKING:
@@ -41,7 +40,6 @@ __all__ = ["HandlerDriver", "ServedApp"]
 
 logger = logging.getLogger("aiorest.error")
 
-_DONE = object()  # what next() gives for a coroutine that has finished
 _monotonic = time.monotonic
 # Called by name, not as request_id_var.set(...): about 480 instructions a request fewer
 # (measured with bench.instructions on Python 3.11).
@@ -91,6 +89,7 @@ class HandlerDriver:
     _wake: asyncio.Future[None] | None
     _suspended: tuple[contextvars.Context, Generator[Any, Any, None], Any] | None
     _serving: bool  # _serve is running _process: its Task is the current one
+    _inline: bool  # stepping.py's inline path, else a Task per request
     _access_log: AccessLog | None  # the server's, when it writes one
     # The server's trusted proxies when the peer is one of them (decided once, in connection_made).
     trusted_proxies: TrustedProxies | None
@@ -130,62 +129,52 @@ class HandlerDriver:
                 coro = endpoint(request) if endpoint is not None else self._app.begin(request)
             except Exception as exc:
                 coro = self._app.handle_exception(request, exc)
-            # The handler's first step, run now as the connection's Task (see the note above _new_runner).
             handling = self._handle(request, coro)
+            context = copy_context()
+            if not self._inline:
+                self._start_task(request, handling, context)
+                return  # its done-callback goes on with the queue
+            # The handler's first step, run now as the connection's Task (see the note above _new_runner).
             runner = self._runner
             if runner is None:
                 runner = self._new_runner()
-            context = copy_context()
             if self._serving:  # called from _serve, after a handler that waited
-                awaited = context.run(next, handling, _DONE)
+                awaited = context.run(next, handling, DONE)
             else:
-                loop = self._loop
-                try:
-                    _enter_task(loop, runner)
-                except RuntimeError:  # bytes fed from inside another task (the unit tests do)
-                    awaited = self._step_inside_another_task(runner, context, handling)
-                else:
-                    try:
-                        awaited = context.run(next, handling, _DONE)
-                    finally:
-                        _leave_task(loop, runner)
-            if awaited is not _DONE:
+                awaited = step(self._loop, runner, context, handling)
+            if awaited is not DONE:
                 self._suspend(context, handling, awaited)
                 return  # it waits: _serve goes on with the queue when it is done
             if runner.cancelling():
-                self._forget_cancels()
+                forget_cancels(runner)
         if self._close_after_queue and self._current is None and not queue:
             self._close()
 
-    # Every handler runs inside a Task from its first line (asyncio.timeout,
-    # TaskGroups and client libraries built on them need current_task() before
-    # the first await), but not in a new Task per request: creating one and
-    # waiting for the loop to step it cost about 1.5 µs a request on Python 3.11.
-    # The connection keeps one Task, _serve. _process runs the first step of each
-    # request at once, in a copy of the context, with that Task entered as the
-    # current one (next() with a default, not send(): a step that ends raises no
-    # StopIteration); a handler that answers without waiting is done there. A
-    # handler that waits is handed to _serve, which drives it from then on.
+    # Every handler runs inside a Task from its first line; how, stepping.py says.
+    # On the inline path the connection keeps one Task, _serve: _process runs the
+    # first step of each request at once (stepping.step) and a handler that waits
+    # is handed to _serve, which drives it from then on. On the task path each
+    # request gets a Task of its own (_start_task).
+
+    def _start_task(self, request: Request, handling: Generator[Any, Any, None], context: contextvars.Context) -> None:
+        task = self._runner = self._loop.create_task(run_task(handling), context=context)
+        task.add_done_callback(lambda task: self._task_done(task, request))
+
+    def _task_done(self, task: asyncio.Task[None], request: Request) -> None:
+        if self._runner is task:
+            self._runner = None
+        if self._current is request:
+            # Cancelled before its first step (the loop closing, say): nothing answered it.
+            self._current = None
+            self._queue.clear()
+            self._close()
+            return
+        self._process()
 
     def _new_runner(self) -> asyncio.Task[None]:
         runner = self._runner = self._loop.create_task(self._serve())
         runner.add_done_callback(self._runner_done)
         return runner
-
-    def _step_inside_another_task(
-        self, runner: asyncio.Task[None], context: contextvars.Context, handling: Generator[Any, Any, None]
-    ) -> Any:
-        """The first step when bytes are fed from inside another Task (the unit tests do)."""
-        loop = self._loop
-        current = current_task(loop)
-        assert current is not None
-        _leave_task(loop, current)
-        _enter_task(loop, runner)
-        try:
-            return context.run(next, handling, _DONE)
-        finally:
-            _leave_task(loop, runner)
-            _enter_task(loop, current)
 
     def _suspend(self, context: contextvars.Context, handling: Generator[Any, Any, None], awaited: Any) -> None:
         """A handler waits for ``awaited``: _serve carries it on."""
@@ -217,24 +206,16 @@ class HandlerDriver:
                         context, handling, awaited = suspended
                         if isinstance(awaited, asyncio.Future):
                             awaited.cancel()
-                        await _resume(context, handling, None, asyncio.CancelledError())
-                        self._forget_cancels()
+                        await resume(context, handling, None, asyncio.CancelledError())
+                        forget_cancels(self._runner)
                         self._process_serving()
                     continue
                 self._suspended = None
-                await _resume(*suspended)
-                self._forget_cancels()
+                await resume(*suspended)
+                forget_cancels(self._runner)
                 self._process_serving()
         finally:
             self._runner = None  # at once: the next request must not step a finished Task
-
-    def _forget_cancels(self) -> None:
-        """A handler has finished with cancels on its Task still counted: with a Task
-        of its own they would have ended with it; they must not reach the next
-        request on this connection (its ``cancelling()`` starts at 0)."""
-        runner = self._runner
-        while runner is not None and runner.uncancel():
-            pass
 
     def _process_serving(self) -> None:
         self._serving = True
@@ -365,37 +346,3 @@ class HandlerDriver:
         if self._access_log is not None:
             self._access_log.log(request, response.status, sent or 0)
         self._finish(request)
-
-
-@types.coroutine
-def _resume(
-    context: contextvars.Context,
-    handling: Generator[Any, Any, None],
-    awaited: Any,
-    throw: BaseException | None = None,
-) -> Generator[Any, Any, None]:
-    """Drive ``handling`` to its end inside ``context``; its last step yielded ``awaited``.
-
-    What the coroutine yields goes up to the Task, what the Task sends or throws
-    comes down into the coroutine, each step run in the request's context: a
-    coroutine can change Tasks this way without noticing, as ``yield from`` would,
-    but with a context of its own.
-    """
-    while True:
-        if throw is None:
-            try:
-                value = yield awaited
-            except GeneratorExit:
-                handling.close()
-                raise
-            except BaseException as exc:  # noqa: BLE001  # handed on to the coroutine
-                throw = exc
-                continue
-            step: Any = handling.send
-            argument: Any = value
-        else:
-            step, argument, throw = handling.throw, throw, None
-        try:
-            awaited = context.run(step, argument)
-        except StopIteration:
-            return

@@ -47,6 +47,7 @@ from ..http.request import Request
 from .driving import HandlerDriver, ServedApp
 from .reading import RequestReader
 from .state import ServerState
+from .stepping import INLINE, stepping
 from .writing import CLOSE, KEEP_ALIVE, write_error
 
 __all__ = ["HttpProtocol", "ServerState"]  # ServerState is re-exported for the server
@@ -106,6 +107,7 @@ class HttpProtocol(HandlerDriver, RequestReader, asyncio.Protocol):
         self._wake: asyncio.Future[None] | None = None
         self._suspended: tuple[contextvars.Context, Generator[Any, Any, None], Any] | None = None
         self._serving = False  # _serve is running _process: its Task is the current one
+        self._inline = stepping() == INLINE  # how handlers are stepped: see stepping.py
         self._refusal: HTTPError | None = None  # set past max_connections
         # deadlines: when the head began, the connection went idle, a body wait began
         self._head_since = state.now
@@ -133,7 +135,8 @@ class HttpProtocol(HandlerDriver, RequestReader, asyncio.Protocol):
         self._context = copy_context()
         # Started now, it waits for work by the time a request arrives: a cancel
         # that reached it before its first step would end it without a word.
-        self._new_runner()
+        if self._inline:
+            self._new_runner()
         if len(self._state.connections) > self._limits.max_connections:
             # Answer the first request with 503, after reading it: closing with the
             # request unread would reset the connection before the client sees the answer.

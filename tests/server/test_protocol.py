@@ -91,7 +91,7 @@ class Connection:
         self.protocol.data_received(data)
 
     async def responses(self, count: int, head: bool = False) -> list[RawResponse]:
-        for _ in range(200):
+        for _ in range(2000):  # up to 10 s: the task path (stepping.py) takes a loop turn a request
             responses, _ = parse_responses(self.transport.data, head_request=head)
             if len([r for r in responses if r.status != 100]) >= count:
                 return responses
