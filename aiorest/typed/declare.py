@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
 
+from ..http.exceptions import VALIDATION_MESSAGE
 from ..http.request import Request
 from ..http.response import Response
 from ..routing.convertors import Convertor, python_type
@@ -51,9 +52,6 @@ __all__ = [
     "read_signature",
     "VALIDATION_MESSAGE",
 ]
-
-#: The ``message`` of a 422 answer; ``details`` lists the problems.
-VALIDATION_MESSAGE = "the request is not valid"
 
 Source = Literal["path", "query", "header", "cookie", "body"]
 

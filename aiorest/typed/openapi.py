@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..http.response import Response
 from ..routing.convertors import Convertor, python_type
 from ..routing.metadata import SECURED, is_secured, raised, raises
+from ..routing.table import RouteTable
 from .annotations import hinted, strip_annotated, union_args
 from .declare import VALIDATION_MESSAGE, HandlerSignature, Parameter
 
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from ..http.request import Request
     from ..routing.paths import PathTemplate
     from ..routing.route import Middleware, Route
-    from ..routing.table import RouteTable
 
 try:
     import msgspec
