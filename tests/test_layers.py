@@ -43,10 +43,6 @@ PERMANENT = {("aiorest.app.application", "aiorest.server.server")}
 ALLOWLIST = {
     # §2 row 12: the request types its session; B types it as a MutableMapping.
     ("aiorest.http.request", "aiorest.middleware.sessions.session"): "step B",
-    # §2 row 6: Database.setup(app) is typed with App; C types it with a SupportsContexts protocol.
-    ("aiorest.db.database", "aiorest.app.application"): "step C",
-    # §2 row 7: health reads ServerState for draining; C hands it a callable.
-    ("aiorest.ops.health", "aiorest.server.state"): "step C",
 }
 
 

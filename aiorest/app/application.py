@@ -88,6 +88,8 @@ class App(_RouteDecorators):
         self.version = version
         self.router = RouteTable(convertors)
         self.state = State()
+        #: the app's Database (``Database.setup`` sets it): the server hands it to health and metrics
+        self.database: Any = None
         self.json: JSONCodec = get_codec(json)
         self.middleware: list[Middleware] = list(middleware)
         self.on_startup: list[Hook] = list(on_startup)
