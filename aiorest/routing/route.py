@@ -98,7 +98,7 @@ class Route:
             raise ValueError(f"route path {path!r} must start with '/'")
         if not _is_async(handler):
             raise TypeError(
-                f"handler {_describe(handler)} for {method} {path} is not an async "
+                f"handler {describe(handler)} for {method} {path} is not an async "
                 "function: aiorest awaits every handler, so define it with 'async def'"
             )
         if status is not None:
@@ -141,7 +141,7 @@ class Route:
         return options
 
     def __repr__(self) -> str:
-        return f"Route({self.method!r}, {self.path!r}, {_describe(self.handler)}, name={self.name!r})"
+        return f"Route({self.method!r}, {self.path!r}, {describe(self.handler)}, name={self.name!r})"
 
 
 def _checked_middleware(middleware: Any, where: str) -> tuple[Middleware, ...]:
@@ -160,8 +160,9 @@ def _is_async(handler: object) -> bool:
     return not inspect.isfunction(handler) and inspect.iscoroutinefunction(type(handler).__call__)
 
 
-def _describe(handler: object) -> str:
-    return repr(getattr(handler, "__qualname__", handler))
+def describe(handler: object) -> str:
+    """A handler's name for messages: its qualified name, or its class's for an instance with ``__call__``."""
+    return repr(getattr(handler, "__qualname__", None) or type(handler).__qualname__)
 
 
 class _RouteDecorators:

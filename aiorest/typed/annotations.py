@@ -7,7 +7,18 @@ import types
 from collections.abc import Callable
 from typing import Annotated, Any, Union, get_args, get_origin
 
-__all__ = ["hinted", "strip_annotated", "union_args"]
+try:
+    import msgspec
+except ImportError:  # an optional dependency: require_msgspec says so when it is needed
+    msgspec = None  # type: ignore[assignment]
+
+__all__ = ["hinted", "strip_annotated", "union_args", "require_msgspec"]
+
+
+def require_msgspec(needs: str, extra: str, error: type[Exception] = RuntimeError) -> None:
+    """Raise ``error`` saying that ``needs`` msgspec and how to install it, when it is missing."""
+    if msgspec is None:
+        raise error(f"{needs}: pip install '.[{extra}]' in aiorest's checkout")
 
 
 def hinted(handler: Callable[..., Any]) -> Any:

@@ -33,7 +33,9 @@ from ..http.exceptions import VALIDATION_MESSAGE
 from ..http.request import Request
 from ..http.response import Response
 from ..routing.convertors import Convertor, python_type
+from ..routing.route import describe
 from .annotations import hinted as _hinted
+from .annotations import require_msgspec
 from .annotations import strip_annotated as _strip
 from .annotations import union_args as _union_args
 
@@ -175,7 +177,7 @@ def read_signature(
     and the parameter. ``status`` and ``headers`` were checked by the Route.
     """
     checked_headers: Mapping[str, str] = headers or _NO_HEADERS
-    where = f"handler {_describe(handler)} of {method} {path}"
+    where = f"handler {describe(handler)} of {method} {path}"
     try:
         signature = inspect.signature(handler)
     except (TypeError, ValueError) as exc:
@@ -206,10 +208,6 @@ def read_signature(
     return HandlerSignature(handler, parameters, request_name, model, status, checked_headers, strict_content_type)
 
 
-def _describe(handler: object) -> str:
-    return repr(getattr(handler, "__qualname__", None) or type(handler).__qualname__)
-
-
 def _is_request(param: inspect.Parameter, hints: Mapping[str, Any], only: bool) -> bool:
     hint = hints.get(param.name)
     if isinstance(hint, type) and issubclass(hint, Request):
@@ -223,7 +221,11 @@ def _read(
     params: list[inspect.Parameter], hints: Mapping[str, Any], path_params: Mapping[str, Convertor]
 ) -> tuple[tuple[Parameter, ...], str | None]:
     """The declared parameters, and the name the request is taken under."""
-    _require_msgspec()
+    require_msgspec(
+        "typed handlers (typed parameters, a response model, a declared status or headers) need msgspec",
+        "typed",
+        _Declared,
+    )
     request_name = None
     declared: list[Parameter] = []
     for param in params:
@@ -405,11 +407,3 @@ def _check_schema(hint: Any, what: str) -> None:
     except (TypeError, ValueError, NameError) as exc:
         first_line = str(exc).splitlines()[-1] if str(exc) else type(exc).__name__
         raise _Declared(f"{what}: unsupported annotation {hint!r}: {first_line}") from None
-
-
-def _require_msgspec() -> None:
-    if msgspec is None:
-        raise _Declared(
-            "typed handlers (typed parameters, a response model, a declared status or headers) need msgspec: "
-            "pip install '.[typed]' in aiorest's checkout"
-        )

@@ -27,7 +27,7 @@ from ..http.response import Response
 from ..routing.convertors import Convertor, python_type
 from ..routing.metadata import SECURED, is_secured, raised, raises
 from ..routing.table import RouteTable
-from .annotations import hinted, strip_annotated, union_args
+from .annotations import hinted, require_msgspec, strip_annotated, union_args
 from .declare import VALIDATION_MESSAGE, HandlerSignature, Parameter
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ __all__ = ["build_openapi", "raises", "OPENAPI_VERSION", "SECURED"]
 OPENAPI_VERSION = "3.1.0"
 
 _REF = "#/components/schemas/{name}"
+_NEEDS_MSGSPEC = "the OpenAPI document needs msgspec for its JSON Schemas"
 _JSON = "application/json"
 _NO_CONTENT = frozenset({204, 304})
 # The error answers, by status: their components under #/components/responses. 405
@@ -72,7 +73,7 @@ def build_openapi(
     ``middleware``: the app's, around every route; the innermost that describes
     security schemes (``Auth``) gives those of the operations marked secured.
     """
-    _require_msgspec()
+    require_msgspec(_NEEDS_MSGSPEC, "openapi")
     routes = [route for route in router.routes() if not isinstance(route.handler, _Served)]
     types = _Types()
     error, validation = _error_types()
@@ -133,13 +134,6 @@ def _security_schemes(middleware: Iterable[Any]) -> dict[str, Any]:
         if describe is not None:
             found = describe()
     return found
-
-
-def _require_msgspec() -> None:
-    if msgspec is None:
-        raise RuntimeError(
-            "the OpenAPI document needs msgspec for its JSON Schemas: pip install '.[openapi]' in aiorest's checkout"
-        )
 
 
 class _Types:
@@ -353,7 +347,7 @@ def openapi_routes(
     ``document`` makes the OpenAPI document, on the first request for it;
     ``title`` is the docs pages' title.
     """
-    _require_msgspec()  # now, not on the first request
+    require_msgspec(_NEEDS_MSGSPEC, "openapi")  # now, not on the first request
     routes: list[tuple[str, _Served]] = [(openapi_url, _Served(lambda: msgspec.json.encode(document()), _JSON, _PAGES))]
     if docs_url is None and redoc_url is None:
         return routes
