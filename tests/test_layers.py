@@ -43,17 +43,6 @@ PERMANENT = {("aiorest.app.application", "aiorest.server.server")}
 ALLOWLIST = {
     # §2 row 12: the request types its session; B types it as a MutableMapping.
     ("aiorest.http.request", "aiorest.middleware.sessions.session"): "step B",
-    # §2 row 1: Route.bind reads the signature and builds the binder; C moves binding to App.add_route.
-    ("aiorest.routing.route", "aiorest.typed.binding"): "step C",
-    ("aiorest.routing.route", "aiorest.typed.declare"): "step C",
-    # §2 row 3: openapi reads the App; C gives build_openapi the router and the middleware instead.
-    ("aiorest.typed.openapi", "aiorest.app.application"): "step C",
-    # §2 row 5: VALIDATION_MESSAGE moves to http/exceptions in C.
-    ("aiorest.db.errors", "aiorest.typed.declare"): "step C",
-    # §2 row 6: Database.setup(app) is typed with App; C types it with a SupportsContexts protocol.
-    ("aiorest.db.database", "aiorest.app.application"): "step C",
-    # §2 row 7: health reads ServerState for draining; C hands it a callable.
-    ("aiorest.ops.health", "aiorest.server.state"): "step C",
 }
 
 

@@ -17,6 +17,7 @@ from ..http.exceptions import ClientDisconnected, HTTPError, HTTPUnprocessableEn
 from ..http.jsoncodec import JSONCodec, get_codec
 from ..http.response import JSONResponse, Response, error_response, to_response
 from ..routing.convertors import Convertor
+from ..routing.paths import PathTemplate, compile_path
 from ..routing.route import (
     PREFLIGHT_MIDDLEWARE,
     Handler,
@@ -29,6 +30,7 @@ from ..routing.route import (
 )
 from ..routing.table import RouteTable
 from ..typed.binding import TypedEndpoint
+from ..typed.declare import read_signature
 
 if TYPE_CHECKING:
     from ..http.limits import Limits
@@ -86,6 +88,8 @@ class App(_RouteDecorators):
         self.version = version
         self.router = RouteTable(convertors)
         self.state = State()
+        #: the app's Database (``Database.setup`` sets it): the server hands it to health and metrics
+        self.database: Any = None
         self.json: JSONCodec = get_codec(json)
         self.middleware: list[Middleware] = list(middleware)
         self.on_startup: list[Hook] = list(on_startup)
@@ -118,7 +122,13 @@ class App(_RouteDecorators):
         """
         self._check_not_started("add a route")
         route = Route(method, path, handler, **options)
-        route.bind(self.router.convertors)
+        params = compile_path(route.path, self.router.convertors, PathTemplate).params
+        signature = read_signature(
+            handler, route.method, path, params, route.status, route.headers, route.strict_content_type
+        )
+        if signature is not None:
+            route.signature = signature
+            route.call = TypedEndpoint(signature)
         self.router.add(route)
 
     def add_middleware(self, middleware: Middleware) -> None:
@@ -153,7 +163,7 @@ class App(_RouteDecorators):
         """
         from ..typed.openapi import build_openapi
 
-        return build_openapi(self, title=title or self.title, version=version or self.version)
+        return build_openapi(self.router, self.middleware, title=title or self.title, version=version or self.version)
 
     def add_openapi_routes(
         self,
@@ -175,7 +185,11 @@ class App(_RouteDecorators):
         from ..typed.openapi import openapi_routes
 
         self._check_not_started("add the OpenAPI routes")
-        for path, endpoint in openapi_routes(self, openapi_url, docs_url, redoc_url, title, version):
+
+        def document() -> dict[str, Any]:
+            return self.openapi(title=title, version=version)
+
+        for path, endpoint in openapi_routes(document, title or self.title, openapi_url, docs_url, redoc_url):
             self.add_route("GET", path, endpoint)
 
     def run(self, host: str = "127.0.0.1", port: int = 8080, **options: Any) -> None:

@@ -41,8 +41,8 @@ import logging
 import os
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Literal, Protocol
 
 import psycopg2
 import psycopg2.errors
@@ -64,8 +64,16 @@ from .errors import (
     translate,
 )
 
-if TYPE_CHECKING:
-    from ..app.application import App
+
+class SupportsContexts(Protocol):
+    """What :meth:`Database.setup` needs of an app (an :class:`aiorest.App` has it)."""
+
+    state: Any
+    database: Any
+    contexts: list[Callable[[Any], AbstractAsyncContextManager[None]]]
+
+    def exception_handler(self, exc_class: type[BaseException]) -> Callable[[Any], Any]: ...
+
 
 __all__ = [
     "Database",
@@ -340,8 +348,8 @@ class Database(_Queries):
 
     # -- lifecycle ---------------------------------------------------------------
 
-    def setup(self, app: App) -> None:
-        """Open the pool at the app's startup and close it at shutdown; ``app.state.db`` is this.
+    def setup(self, app: SupportsContexts) -> None:
+        """Open the pool at the app's startup and close it at shutdown; ``app.database`` and ``app.state.db`` are this.
 
         The pool is one of the app's contexts: it is open before the startup hooks
         run and closed after the shutdown hooks, and closed again if a later step
@@ -349,11 +357,12 @@ class Database(_Queries):
         names the request's input that holds the NUL (an app's own handler for it,
         added after this, replaces it).
         """
+        app.database = self  # what the server hands to the health probes and the metrics
         app.state.db = self
         app.exception_handler(NulCharacter)(locate_nul)
 
         @asynccontextmanager
-        async def pool(app: App) -> AsyncIterator[None]:
+        async def pool(app: Any) -> AsyncIterator[None]:
             await self.open()
             try:
                 yield

@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg2
 import psycopg2.errors
 
-from ..http.exceptions import HTTPConflict, HTTPServiceUnavailable, HTTPUnprocessableEntity
-from ..typed.declare import VALIDATION_MESSAGE
+from ..http.exceptions import VALIDATION_MESSAGE, HTTPConflict, HTTPServiceUnavailable, HTTPUnprocessableEntity
 
 if TYPE_CHECKING:
     from ..http.request import Request

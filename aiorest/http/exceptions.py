@@ -44,6 +44,10 @@ __all__ = [
     "ClientDisconnected",
 ]
 
+#: The ``message`` of a 422 answer that lists the request's problems in ``details``
+#: (typed handlers' validation, a NUL character the database refuses).
+VALIDATION_MESSAGE = "the request is not valid"
+
 
 class HTTPError(Exception):
     """An error that becomes an HTTP response with a JSON body.

@@ -226,6 +226,17 @@ def to_response(result: Any) -> Response:
     raise TypeError(f"a handler returned {type(result).__name__}; return a dict, a list, a Response or None")
 
 
+def response_status(result: Any) -> int:
+    """The status of the response :func:`to_response` makes of ``result`` (500: it raises for that result)."""
+    if isinstance(result, dict):  # the usual answer first
+        return 200
+    if isinstance(result, Response):
+        return result.status
+    if isinstance(result, list):
+        return 200
+    return 204 if result is None else 500
+
+
 def error_response(exc: HTTPError) -> JSONResponse:
     """The JSON response for an HTTPError."""
     return JSONResponse(exc.to_dict(), status=exc.status, headers=exc.headers or None)

@@ -3,8 +3,8 @@
 ``/healthz`` answers 200 whenever the event loop runs: a process that cannot
 answer it is stuck and should be restarted. ``/readyz`` answers 200 when the
 worker should be sent traffic: it is not draining (``Server.stop`` has not
-begun) and, if the app has a database (``app.state.db``, set by
-``Database.setup``), a ``SELECT 1`` succeeded within ``timeout`` seconds (or
+begun) and, if the probes were given a database (the server gives the app's,
+``app.database``, set by ``Database.setup``), a ``SELECT 1`` succeeded within ``timeout`` seconds (or
 every connection of the pool is busy with requests: a busy database is not a
 down one, and a probe queued behind them would fail under load). That
 result is kept ``cache_for`` seconds and one check at a time is run, so a storm
@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..http.exceptions import HTTPServiceUnavailable
 from ..routing.route import Route
-from ..server.state import ServerState
 
 if TYPE_CHECKING:
-    from ..app.application import App
     from ..http.request import Request
 
 __all__ = ["HealthProbes"]
@@ -32,11 +31,23 @@ logger = logging.getLogger("aiorest.server")
 
 
 class HealthProbes:
-    """The ``/healthz`` and ``/readyz`` routes of one server."""
+    """The ``/healthz`` and ``/readyz`` routes of one server.
 
-    def __init__(self, app: App, state: ServerState, *, timeout: float = 1.0, cache_for: float = 1.0) -> None:
-        self.app = app
-        self.state = state
+    ``draining``: whether the server is shutting down (``/readyz`` then answers
+    503). ``database``: the ``aiorest.db.Database`` ``/readyz`` checks,
+    None for none.
+    """
+
+    def __init__(
+        self,
+        draining: Callable[[], bool],
+        database: Any = None,
+        *,
+        timeout: float = 1.0,
+        cache_for: float = 1.0,
+    ) -> None:
+        self.draining = draining
+        self.database = database
         self.timeout = timeout
         self.cache_for = cache_for
         self._checked_at = float("-inf")
@@ -50,9 +61,9 @@ class HealthProbes:
         return {"status": "ok"}
 
     async def readyz(self, request: Request) -> dict[str, Any]:
-        if self.state.draining:
+        if self.draining():
             raise HTTPServiceUnavailable("not ready: the server is shutting down", retry_after=1)
-        db = self.app.state.__dict__.get("db")
+        db = self.database
         if db is not None and not await self._database_reachable(db):
             raise HTTPServiceUnavailable("not ready: the database is unreachable", retry_after=1)
         return {"status": "ready"}

@@ -37,7 +37,7 @@ import time
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Any
 
-from ..http.response import Response
+from ..http.response import Response, response_status
 from ..routing.route import METHODS, Route
 
 if TYPE_CHECKING:
@@ -78,11 +78,12 @@ def _import_prometheus() -> Any:
 class Metrics:
     """The metrics of one server: a layer for the endpoints, the ``/metrics`` route, samplers."""
 
-    def __init__(self, app: App, admission: Admission | None = None) -> None:
+    def __init__(self, app: App, admission: Admission | None = None, database: Any = None) -> None:
         prom = _import_prometheus()
         self._prom = prom
         self.app = app
         self.admission = admission
+        self.database = database
         self.multiprocess = MULTIPROC_ENV in os.environ
         self.registry = registry = prom.CollectorRegistry()
         self.requests = prom.Counter(
@@ -175,8 +176,8 @@ class Metrics:
         """Read the gauges that are states, not events: the admission queue, the database pool."""
         if self.admission is not None:
             self.queued.set(self.admission.queued)
-        db = self.app.state.__dict__.get("db")
-        if db is None or not hasattr(db, "in_use"):
+        db = self.database
+        if db is None:
             return
         self.pool_size.set(db.size)
         self.pool_max_size.set(db.max_size)
@@ -244,13 +245,7 @@ class _Measured:
             except Exception as exc:
                 # answered here, not by the server, to count the status it gets
                 result = await self.handle_exception(request, exc)
-            # the status of the response the result becomes (to_response's rules)
-            if isinstance(result, dict):
-                status = 200
-            elif isinstance(result, Response):
-                status = result.status
-            else:
-                status = _status(result)
+            status = response_status(result)
             return result
         except asyncio.CancelledError:
             status = CLIENT_GONE
@@ -289,17 +284,6 @@ class _Measured:
 
 _perf_counter = time.perf_counter
 _bisect = bisect_left  # the first bound >= the duration: Histogram.observe's bucket (amount <= bound)
-
-
-def _status(result: Any) -> int:
-    """The status of the response a handler's result becomes (to_response's rules)."""
-    if isinstance(result, (dict, list)):
-        return 200
-    if isinstance(result, Response):
-        return result.status
-    if result is None:
-        return 204
-    return 500
 
 
 # -- the parent of --workers ------------------------------------------------------------------

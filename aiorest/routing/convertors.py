@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import typing
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
@@ -23,6 +24,7 @@ __all__ = [
     "PathConvertor",
     "DEFAULT_CONVERTORS",
     "route_regex",
+    "python_type",
 ]
 
 
@@ -105,6 +107,18 @@ DEFAULT_CONVERTORS: dict[str, Convertor] = {
     "uuid": UUIDConvertor(),
     "path": PathConvertor(),
 }
+
+
+def python_type(convertor: Convertor) -> Any:
+    """The type ``convertor.convert`` gives, read from its return annotation; None when it has none.
+
+    Typed handlers check a path parameter's annotation against it, and the
+    OpenAPI document describes the parameter with it.
+    """
+    try:
+        return typing.get_type_hints(type(convertor).convert).get("return")
+    except Exception:  # an annotation that does not resolve says nothing
+        return None
 
 
 def route_regex(name: str, convertor: Convertor) -> str:

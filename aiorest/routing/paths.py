@@ -25,6 +25,11 @@ class PathTemplate:
     params: list[tuple[str, Convertor]]
     pieces: list[str | tuple[str, Convertor]]
 
+    @property
+    def openapi_path(self) -> str:
+        """The template as OpenAPI writes it: ``/notes/{note_id}``, converters left out."""
+        return "".join(piece if isinstance(piece, str) else f"{{{piece[0]}}}" for piece in self.pieces)
+
     def convert(self, texts: Iterable[str]) -> dict[str, Any]:
         return {name: conv.convert(text) for (name, conv), text in zip(self.params, texts, strict=True)}
 

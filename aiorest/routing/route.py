@@ -9,13 +9,10 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, cast
 
 from ..http.datastructures import _check_header
 from ..http.response import _checked_status
-from .convertors import Convertor
-from .paths import PathTemplate, compile_path
 
 if TYPE_CHECKING:
     from ..http.request import Request
     from ..http.response import Response
-    from ..typed.declare import HandlerSignature
 
 __all__ = ["Route", "Router", "RouteOptions", "NoMatchFound", "Handler", "Middleware", "METHODS"]
 
@@ -101,7 +98,7 @@ class Route:
             raise ValueError(f"route path {path!r} must start with '/'")
         if not _is_async(handler):
             raise TypeError(
-                f"handler {_describe(handler)} for {method} {path} is not an async "
+                f"handler {describe(handler)} for {method} {path} is not an async "
                 "function: aiorest awaits every handler, so define it with 'async def'"
             )
         if status is not None:
@@ -121,22 +118,11 @@ class Route:
         where = f"route {method} {path}"
         self._given_middleware = _checked_middleware(middleware, where)
         self.middleware = self._given_middleware + _checked_middleware(getattr(handler, HANDLER_MIDDLEWARE, ()), where)
-        self.signature: HandlerSignature | None = None
-        # an untyped handler is called as it is, until bind() says otherwise
+        # what the layer that binds typed handlers (the App) read of the handler: the router only keeps it
+        self.signature: Any = None
+        # an untyped handler is called as it is, unless the App binds it
         self.call: Handler = cast(Handler, handler)
         self.endpoint: Handler = self.call
-
-    def bind(self, convertors: Mapping[str, Convertor]) -> None:
-        """Read the handler's declarations (see :func:`aiorest.typed.read_signature`) with the app's converters."""
-        # registration time only; the binder leaves routing in PLAN-28 step C (App binds)
-        from ..typed.binding import TypedEndpoint
-        from ..typed.declare import read_signature
-
-        params = compile_path(self.path, convertors, PathTemplate).params
-        self.signature = read_signature(
-            self.handler, self.method, self.path, params, self.status, self.headers, self.strict_content_type
-        )
-        self.call = TypedEndpoint(self.signature) if self.signature else cast(Handler, self.handler)
 
     def options(self, **changed: Any) -> RouteOptions:
         """The options the route was made with (a Router copies routes with them).
@@ -155,7 +141,7 @@ class Route:
         return options
 
     def __repr__(self) -> str:
-        return f"Route({self.method!r}, {self.path!r}, {_describe(self.handler)}, name={self.name!r})"
+        return f"Route({self.method!r}, {self.path!r}, {describe(self.handler)}, name={self.name!r})"
 
 
 def _checked_middleware(middleware: Any, where: str) -> tuple[Middleware, ...]:
@@ -174,8 +160,9 @@ def _is_async(handler: object) -> bool:
     return not inspect.isfunction(handler) and inspect.iscoroutinefunction(type(handler).__call__)
 
 
-def _describe(handler: object) -> str:
-    return repr(getattr(handler, "__qualname__", handler))
+def describe(handler: object) -> str:
+    """A handler's name for messages: its qualified name, or its class's for an instance with ``__call__``."""
+    return repr(getattr(handler, "__qualname__", None) or type(handler).__qualname__)
 
 
 class _RouteDecorators:

@@ -102,6 +102,13 @@ class RouteTable:
         if explicit:
             self._explicit_names.add(name)
 
+    def template(self, path: str) -> PathTemplate:
+        """The compiled template of the registered route path ``path`` (its parameters, its OpenAPI form)."""
+        entry = self._static.get(path) or self._by_template.get(path)
+        if entry is None:
+            raise KeyError(f"no route is registered for the path {path!r}")
+        return entry
+
     def routes(self) -> list[Route]:
         entries = list(self._static.values()) + self._dynamic
         return [route for entry in entries for route in entry.methods.values()]

@@ -23,8 +23,8 @@ from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ..http.exceptions import HTTPForbidden, HTTPUnauthorized
+from ..routing.metadata import mark_secured, raises
 from ..routing.route import HANDLER_MIDDLEWARE
-from ..typed.openapi import SECURED, raises
 from .passwords import Passwords, hash_password, needs_rehash, verify_password
 from .ratelimit import LoginAttempt, LoginRateLimiter, RateLimit
 
@@ -358,7 +358,7 @@ async def permits(request: Request, permission: str) -> bool:
 
 
 def _with_middleware(handler: _H, middleware: Callable[[Request, Handler], Awaitable[Response]]) -> _H:
-    setattr(handler, SECURED, True)
+    mark_secured(handler)
     setattr(handler, HANDLER_MIDDLEWARE, [*getattr(handler, HANDLER_MIDDLEWARE, ()), middleware])
     return handler
 

@@ -126,12 +126,12 @@ class Server:
             Admission(max_concurrency, max_queue=max_queue, queue_timeout=queue_timeout) if max_concurrency else None
         )
         self._state.cancel_on_disconnect = cancel_on_disconnect
-        self.health = HealthProbes(app, self._state) if health else None
+        self.health = HealthProbes(lambda: self._state.draining, app.database) if health else None
         self.metrics: Metrics | None = None
         if metrics:
             from ..ops.metrics import Metrics  # imports prometheus_client: only when asked for
 
-            self.metrics = Metrics(app, self.admission)
+            self.metrics = Metrics(app, self.admission, app.database)
             if self._lag is None:
                 self._lag = LoopLagMonitor(interval=_LAG_INTERVAL, max_samples=1)
             self._lag.on_sample = self.metrics.observe_lag

@@ -27,11 +27,17 @@ import types
 import typing
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
 
+from ..http.exceptions import VALIDATION_MESSAGE
 from ..http.request import Request
 from ..http.response import Response
-from ..routing.convertors import Convertor, FloatConvertor, IntConvertor, PathConvertor, StringConvertor, UUIDConvertor
+from ..routing.convertors import Convertor, python_type
+from ..routing.route import describe
+from .annotations import hinted as _hinted
+from .annotations import require_msgspec
+from .annotations import strip_annotated as _strip
+from .annotations import union_args as _union_args
 
 try:
     import msgspec
@@ -48,9 +54,6 @@ __all__ = [
     "read_signature",
     "VALIDATION_MESSAGE",
 ]
-
-#: The ``message`` of a 422 answer; ``details`` lists the problems.
-VALIDATION_MESSAGE = "the request is not valid"
 
 Source = Literal["path", "query", "header", "cookie", "body"]
 
@@ -145,13 +148,6 @@ class HandlerSignature:
 
 # -- registration ----------------------------------------------------------------------
 
-_CONVERTOR_TYPES: dict[type, type] = {
-    StringConvertor: str,
-    PathConvertor: str,
-    IntConvertor: int,
-    FloatConvertor: float,
-    UUIDConvertor: uuid.UUID,
-}
 _SCALARS = frozenset(
     {str, int, float, bool, uuid.UUID, decimal.Decimal, datetime.datetime, datetime.date, datetime.time}
 )
@@ -181,7 +177,7 @@ def read_signature(
     and the parameter. ``status`` and ``headers`` were checked by the Route.
     """
     checked_headers: Mapping[str, str] = headers or _NO_HEADERS
-    where = f"handler {_describe(handler)} of {method} {path}"
+    where = f"handler {describe(handler)} of {method} {path}"
     try:
         signature = inspect.signature(handler)
     except (TypeError, ValueError) as exc:
@@ -212,16 +208,6 @@ def read_signature(
     return HandlerSignature(handler, parameters, request_name, model, status, checked_headers, strict_content_type)
 
 
-def _describe(handler: object) -> str:
-    return repr(getattr(handler, "__qualname__", None) or type(handler).__qualname__)
-
-
-def _hinted(handler: Callable[..., Any]) -> Any:
-    if inspect.isfunction(handler) or inspect.ismethod(handler):
-        return handler
-    return type(handler).__call__  # an instance with ``async def __call__``
-
-
 def _is_request(param: inspect.Parameter, hints: Mapping[str, Any], only: bool) -> bool:
     hint = hints.get(param.name)
     if isinstance(hint, type) and issubclass(hint, Request):
@@ -235,7 +221,11 @@ def _read(
     params: list[inspect.Parameter], hints: Mapping[str, Any], path_params: Mapping[str, Convertor]
 ) -> tuple[tuple[Parameter, ...], str | None]:
     """The declared parameters, and the name the request is taken under."""
-    _require_msgspec()
+    require_msgspec(
+        "typed handlers (typed parameters, a response model, a declared status or headers) need msgspec",
+        "typed",
+        _Declared,
+    )
     request_name = None
     declared: list[Parameter] = []
     for param in params:
@@ -313,13 +303,6 @@ def _without_marker(hint: Any) -> Any:
     return Annotated[(hint.__origin__, *kept)] if kept else hint.__origin__
 
 
-def _strip(hint: Any) -> Any:
-    """The type without its ``Annotated`` metadata."""
-    while get_origin(hint) is Annotated:
-        hint = get_args(hint)[0]
-    return hint
-
-
 def _is_model_class(tp: Any) -> bool:
     """A Struct, dataclass, TypedDict or NamedTuple: an object, not a value."""
     if not isinstance(tp, type):
@@ -348,12 +331,6 @@ def _without_responses(annotation: Any) -> Any:
         return annotation
     kept = [arg for arg in args if not (isinstance(arg, type) and issubclass(arg, Response))]
     return functools.reduce(operator.or_, kept)
-
-
-def _union_args(tp: Any) -> tuple[Any, ...] | None:
-    if get_origin(tp) in (Union, types.UnionType):
-        return get_args(tp)
-    return None
 
 
 def _is_scalar(tp: Any) -> bool:
@@ -398,14 +375,9 @@ def _check_scalar(what: str, hint: Any, many_allowed: bool) -> None:
 
 
 def _check_path_type(what: str, hint: Any, convertor: Convertor) -> None:
-    expected = _CONVERTOR_TYPES.get(type(convertor))
-    if expected is None:  # a custom converter: its convert's return annotation, if it has one
-        try:
-            expected = typing.get_type_hints(type(convertor).convert).get("return")
-        except Exception:
-            expected = None
-        if expected is None or expected is Any:
-            return
+    expected = python_type(convertor)
+    if expected is None or expected is Any:  # a custom converter that does not say
+        return
     if _strip(hint) is not expected:
         raise _Declared(
             f"{what} is annotated {hint!r}, but its path converter gives {getattr(expected, '__name__', expected)}: "
@@ -435,11 +407,3 @@ def _check_schema(hint: Any, what: str) -> None:
     except (TypeError, ValueError, NameError) as exc:
         first_line = str(exc).splitlines()[-1] if str(exc) else type(exc).__name__
         raise _Declared(f"{what}: unsupported annotation {hint!r}: {first_line}") from None
-
-
-def _require_msgspec() -> None:
-    if msgspec is None:
-        raise _Declared(
-            "typed handlers (typed parameters, a response model, a declared status or headers) need msgspec: "
-            "pip install '.[typed]' in aiorest's checkout"
-        )

@@ -1,9 +1,11 @@
-"""An OpenAPI 3.1 document built from an App's routes, and the routes that serve it.
+"""An OpenAPI 3.1 document built from a route table, and the routes that serve it.
 
-The document is read off what registration already knows: each route's path
-template and converters, and the :class:`~aiorest.typed.HandlerSignature` of a
-typed handler. Schemas are msgspec's JSON Schema, made for every type at once so
-that each Struct is one component under ``#/components/schemas``.
+The document is read off what registration already knows: each route's compiled
+path template and converters, the :class:`~aiorest.typed.HandlerSignature` of a
+typed handler, and the marks decorators left on handlers
+(:mod:`aiorest.routing.metadata`: ``raises``, ``login_required``). Schemas are
+msgspec's JSON Schema, made for every type at once so that each Struct is one
+component under ``#/components/schemas``.
 
 The interactive docs (Swagger UI, ReDoc) are served from the files of the
 ``openapi-ui-bundles`` package, never from a CDN: an app deployed where the
@@ -15,22 +17,23 @@ from __future__ import annotations
 import html
 import inspect
 import json
-import re
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from http import HTTPStatus
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..http.exceptions import HTTPError
 from ..http.response import Response
-from ..routing.convertors import Convertor
-from .declare import _CONVERTOR_TYPES, VALIDATION_MESSAGE, HandlerSignature, Parameter, _hinted, _strip, _union_args
+from ..routing.convertors import Convertor, python_type
+from ..routing.metadata import SECURED, is_secured, raised, raises
+from ..routing.table import RouteTable
+from .annotations import hinted, require_msgspec, strip_annotated, union_args
+from .declare import VALIDATION_MESSAGE, HandlerSignature, Parameter
 
 if TYPE_CHECKING:
-    from ..app.application import App
     from ..http.request import Request
-    from ..routing.route import Route
+    from ..routing.paths import PathTemplate
+    from ..routing.route import Middleware, Route
 
 try:
     import msgspec
@@ -39,39 +42,11 @@ except ImportError:  # an optional dependency: the document says so when asked f
 
 __all__ = ["build_openapi", "raises", "OPENAPI_VERSION", "SECURED"]
 
-#: The attribute under which :func:`~aiorest.auth.login_required` and
-#: :func:`~aiorest.auth.requires` mark a handler as needing credentials: its
-#: operation lists the security schemes of the ``Auth`` middleware around it.
-SECURED = "__aiorest_secured__"
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def raises(*errors: type[HTTPError]) -> Callable[[_F], _F]:
-    """Say in the OpenAPI document that a handler may answer with these errors.
-
-    Each :class:`~aiorest.HTTPError` subclass adds its ``status`` to the
-    operation's responses, in the project's error shape: ``@raises(HTTPConflict)``
-    under the route's decorator. The handler is returned as it is; calling it
-    costs nothing more.
-    """
-    for error in errors:
-        if not (isinstance(error, type) and issubclass(error, HTTPError)):
-            raise TypeError(f"raises() takes HTTPError subclasses, not {error!r}")
-        HTTPStatus(error.status)  # a status the document can describe: ValueError otherwise
-
-    def declare(handler: _F) -> _F:
-        handler.__aiorest_raises__ = (*getattr(handler, "__aiorest_raises__", ()), *errors)  # type: ignore[attr-defined]
-        return handler
-
-    return declare
-
-
 #: The version of the OpenAPI specification the document follows.
 OPENAPI_VERSION = "3.1.0"
 
 _REF = "#/components/schemas/{name}"
-_PARAM_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::([A-Za-z_][A-Za-z0-9_]*))?\}")
+_NEEDS_MSGSPEC = "the OpenAPI document needs msgspec for its JSON Schemas"
 _JSON = "application/json"
 _NO_CONTENT = frozenset({204, 304})
 # The error answers, by status: their components under #/components/responses. 405
@@ -85,14 +60,25 @@ _ERRORS = {
 }
 
 
-def build_openapi(app: App, *, title: str, version: str, description: str | None = None) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of ``app``'s routes (see :meth:`aiorest.App.openapi`)."""
-    _require_msgspec()
-    routes = [route for route in app.router.routes() if not isinstance(route.handler, _Served)]
+def build_openapi(
+    router: RouteTable,
+    middleware: Sequence[Middleware] = (),
+    *,
+    title: str,
+    version: str,
+    description: str | None = None,
+) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of ``router``'s routes (see :meth:`aiorest.App.openapi`).
+
+    ``middleware``: the app's, around every route; the innermost that describes
+    security schemes (``Auth``) gives those of the operations marked secured.
+    """
+    require_msgspec(_NEEDS_MSGSPEC, "openapi")
+    routes = [route for route in router.routes() if not isinstance(route.handler, _Served)]
     types = _Types()
     error, validation = _error_types()
     error_ref, validation_ref = types.add(error), types.add(validation)
-    operations = [(route, _Operation(route, app.router.convertors, types)) for route in routes]
+    operations = [(route, _Operation(route, router.template(route.path), types)) for route in routes]
     schemas, components = types.resolve()
 
     paths: dict[str, dict[str, Any]] = {}
@@ -101,16 +87,16 @@ def build_openapi(app: App, *, title: str, version: str, description: str | None
     security_schemes: dict[str, Any] = {}
     for route, operation in operations:
         built = operation.build(schemas)
-        for raised in getattr(route.handler, "__aiorest_raises__", ()):
-            status = int(raised.status)
+        for error_class in raised(route.handler):
+            status = int(error_class.status)
             built["responses"].setdefault(
                 str(status),
                 {"$ref": f"#/components/responses/{_ERRORS[status]}"}
                 if status in _ERRORS
                 else {"description": HTTPStatus(status).phrase, "content": {_JSON: {"schema": schemas[error_ref]}}},
             )
-        if getattr(route.handler, SECURED, False):
-            schemes = _security_schemes((*app.middleware, *route.middleware))
+        if is_secured(route.handler):
+            schemes = _security_schemes((*middleware, *route.middleware))
             if schemes:
                 built["security"] = [{name: []} for name in schemes]  # any one of them
                 security_schemes.update(schemes)
@@ -118,7 +104,7 @@ def build_openapi(app: App, *, title: str, version: str, description: str | None
         if operation.tag is not None:
             built["tags"] = [operation.tag]
             tags[operation.tag] = None
-        paths.setdefault(_PARAM_RE.sub(r"{\1}", route.path), {})[route.method.lower()] = built
+        paths.setdefault(operation.template.openapi_path, {})[route.method.lower()] = built
 
     info: dict[str, Any] = {"title": title, "version": version}
     if description:
@@ -150,13 +136,6 @@ def _security_schemes(middleware: Iterable[Any]) -> dict[str, Any]:
     return found
 
 
-def _require_msgspec() -> None:
-    if msgspec is None:
-        raise RuntimeError(
-            "the OpenAPI document needs msgspec for its JSON Schemas: pip install '.[openapi]' in aiorest's checkout"
-        )
-
-
 class _Types:
     """Every type the document describes, turned into schemas by one msgspec call."""
 
@@ -175,13 +154,14 @@ class _Types:
 class _Operation:
     """One route's operation, its schemas to be filled in once every type is known."""
 
-    def __init__(self, route: Route, convertors: dict[str, Convertor], types: _Types) -> None:
+    def __init__(self, route: Route, template: PathTemplate, types: _Types) -> None:
         self.route = route
+        self.template = template
         signature: HandlerSignature | None = route.signature
         declared = {p.key: p for p in signature.parameters if p.source == "path"} if signature else {}
         # (parameter object without its schema, index of its type, default)
         self.parameters: list[tuple[dict[str, Any], int, Any]] = []
-        for name, convertor in _path_params(route.path, convertors):
+        for name, convertor in template.params:
             param = declared.get(name)
             tp = param.annotation if param is not None and param.annotation is not None else _type_of(convertor)
             self.parameters.append(({"name": name, "in": "path", "required": True}, types.add(tp), None))
@@ -229,7 +209,7 @@ class _Operation:
         errors = []
         if self.body is not None:
             errors += [400, 415]
-        if "{" in route.path:
+        if self.template.params:
             errors.append(404)
         if self.validates:
             errors.append(422)
@@ -251,13 +231,13 @@ def _returns(handler: Any, types: _Types) -> int | None:
     one.
     """
     try:
-        hints = typing.get_type_hints(_hinted(handler), include_extras=True)
+        hints = typing.get_type_hints(hinted(handler), include_extras=True)
     except Exception:
         return _ANY
     if "return" not in hints:
         return _ANY
     returns = hints["return"]
-    args = _union_args(_strip(returns)) or (returns,)
+    args = union_args(strip_annotated(returns)) or (returns,)
     if any(arg is type(None) or (isinstance(arg, type) and issubclass(arg, Response)) for arg in args):
         return None
     try:
@@ -267,20 +247,9 @@ def _returns(handler: Any, types: _Types) -> int | None:
     return types.add(returns)
 
 
-def _path_params(template: str, convertors: dict[str, Convertor]) -> Iterable[tuple[str, Convertor]]:
-    for match in _PARAM_RE.finditer(template):
-        yield match.group(1), convertors[match.group(2) or "str"]
-
-
 def _type_of(convertor: Convertor) -> Any:
-    """What a converter gives: known for aiorest's, its ``convert``'s annotation for others, else str."""
-    known = _CONVERTOR_TYPES.get(type(convertor))
-    if known is not None:
-        return known
-    try:
-        returns = inspect.get_annotations(type(convertor).convert, eval_str=True).get("return")
-    except Exception:
-        returns = None
+    """What a converter gives, when its ``convert`` says it with a class; else str."""
+    returns = python_type(convertor)
     return returns if isinstance(returns, type) else str
 
 
@@ -367,22 +336,23 @@ class _Served:
 
 
 def openapi_routes(
-    app: App,
+    document: Callable[[], dict[str, Any]],
+    title: str,
     openapi_url: str,
     docs_url: str | None,
     redoc_url: str | None,
-    title: str | None,
-    version: str | None,
 ) -> list[tuple[str, _Served]]:
-    """The (path, endpoint) pairs of :meth:`aiorest.App.add_openapi_routes`."""
-    _require_msgspec()  # now, not on the first request
-    routes: list[tuple[str, _Served]] = [
-        (openapi_url, _Served(lambda: msgspec.json.encode(app.openapi(title=title, version=version)), _JSON, _PAGES))
-    ]
+    """The (path, endpoint) pairs of :meth:`aiorest.App.add_openapi_routes`.
+
+    ``document`` makes the OpenAPI document, on the first request for it;
+    ``title`` is the docs pages' title.
+    """
+    require_msgspec(_NEEDS_MSGSPEC, "openapi")  # now, not on the first request
+    routes: list[tuple[str, _Served]] = [(openapi_url, _Served(lambda: msgspec.json.encode(document()), _JSON, _PAGES))]
     if docs_url is None and redoc_url is None:
         return routes
     bundles = _bundles()
-    page_title = html.escape(title or app.title)
+    page_title = html.escape(title)
     spec = html.escape(openapi_url)
     if docs_url is not None:
         init = (

@@ -142,3 +142,23 @@ def test_readyz_is_503_while_the_server_drains_after_sigterm():
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+async def test_the_probes_check_what_they_are_given_not_what_the_app_state_holds(database_url):
+    """HealthProbes take the draining flag and the database as arguments; Database.setup sets app.database."""
+    from aiorest.ops.health import HealthProbes
+
+    app = App()
+    db = Database(database_url, min_size=1, max_size=2)
+    db.setup(app)
+    assert app.database is db
+    app.state.db = object()  # not a database: a lookup in app.state would fail on it
+    draining = [False]
+    probes = HealthProbes(lambda: draining[0], database=app.database)
+    app.add_route("GET", "/ready", probes.readyz)
+    async with serving(app) as session:
+        assert (await get(session, "/ready"))[::2] == (200, {"status": "ready"})
+        draining[0] = True
+        status, headers, body = await get(session, "/ready")
+        assert status == 503 and "shutting down" in body["error"]["message"]
+    await probes.close()

@@ -77,3 +77,26 @@ def test_three_hundred_dynamic_routes_resolve_through_one_pattern():
     for i in (0, 150, 299):
         assert table.resolve("GET", f"/r{i}/7/tail")[1] == {"id": 7}
         assert table.url_for(f"r{i}", id=7) == f"/r{i}/7/tail"
+
+
+def test_the_table_exposes_each_compiled_template_and_its_converters_types():
+    """OpenAPI reads the router's compiled templates, and one function gives a converter's type."""
+    import uuid
+
+    from aiorest.http.response import JSONResponse, Response, response_status, to_response
+    from aiorest.routing.convertors import python_type
+
+    table = RouteTable({"even": EvenConvertor()})
+    table.add(Route("GET", "/notes/{note_id:int}/{tag}", handler_a))
+    table.add(Route("GET", "/plain", handler_b))
+    template = table.template("/notes/{note_id:int}/{tag}")
+    assert template.openapi_path == "/notes/{note_id}/{tag}"
+    assert [(name, python_type(conv)) for name, conv in template.params] == [("note_id", int), ("tag", str)]
+    assert table.template("/plain").params == []
+    with pytest.raises(KeyError, match="/missing"):
+        table.template("/missing")
+    assert python_type(table.convertors["uuid"]) is uuid.UUID
+    # metrics counts the status to_response gives
+    for result in ({}, [], None, Response(status=201), JSONResponse([], status=202)):
+        assert response_status(result) == to_response(result).status
+    assert response_status(object()) == 500

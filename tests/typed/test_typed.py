@@ -592,9 +592,9 @@ async def test_an_exception_handler_for_422_gets_the_errors(aiorest_client):
 
 
 async def test_without_msgspec_a_typed_handler_is_refused(monkeypatch):
-    import aiorest.typed.declare
+    import aiorest.typed.annotations
 
-    monkeypatch.setattr(aiorest.typed.declare, "msgspec", None)
+    monkeypatch.setattr(aiorest.typed.annotations, "msgspec", None)
     app = App()
 
     async def plain(request: Request) -> dict[str, int]:

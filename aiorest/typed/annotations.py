@@ -1,0 +1,42 @@
+"""Reading type hints: the helpers the typed handlers and the OpenAPI document share."""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Callable
+from typing import Annotated, Any, Union, get_args, get_origin
+
+try:
+    import msgspec
+except ImportError:  # an optional dependency: require_msgspec says so when it is needed
+    msgspec = None  # type: ignore[assignment]
+
+__all__ = ["hinted", "strip_annotated", "union_args", "require_msgspec"]
+
+
+def require_msgspec(needs: str, extra: str, error: type[Exception] = RuntimeError) -> None:
+    """Raise ``error`` saying that ``needs`` msgspec and how to install it, when it is missing."""
+    if msgspec is None:
+        raise error(f"{needs}: pip install '.[{extra}]' in aiorest's checkout")
+
+
+def hinted(handler: Callable[..., Any]) -> Any:
+    """What holds a handler's annotations: the function itself, or the ``__call__`` of an instance's class."""
+    if inspect.isfunction(handler) or inspect.ismethod(handler):
+        return handler
+    return type(handler).__call__  # an instance with ``async def __call__``
+
+
+def strip_annotated(hint: Any) -> Any:
+    """The type without its ``Annotated`` metadata."""
+    while get_origin(hint) is Annotated:
+        hint = get_args(hint)[0]
+    return hint
+
+
+def union_args(tp: Any) -> tuple[Any, ...] | None:
+    """The members of a union (``X | Y``, ``Optional[X]``), or None for any other type."""
+    if get_origin(tp) in (Union, types.UnionType):
+        return get_args(tp)
+    return None
