@@ -60,8 +60,15 @@ _ERRORS = {
 }
 
 
+class _HasRoutes(typing.Protocol):
+    """An app, as far as its document goes: its route table and the middleware around every route."""
+
+    router: RouteTable
+    middleware: Sequence[Middleware]
+
+
 def build_openapi(
-    router: RouteTable,
+    router: RouteTable | _HasRoutes,
     middleware: Sequence[Middleware] = (),
     *,
     title: str,
@@ -72,7 +79,11 @@ def build_openapi(
 
     ``middleware``: the app's, around every route; the innermost that describes
     security schemes (``Auth``) gives those of the operations marked secured.
+    ``router`` may also be the app itself (anything with ``router`` and
+    ``middleware``), as in ``build_openapi(app, title=..., version=...)``.
     """
+    if not isinstance(router, RouteTable):
+        router, middleware = router.router, [*router.middleware, *middleware]
     require_msgspec(_NEEDS_MSGSPEC, "openapi")
     routes = [route for route in router.routes() if not isinstance(route.handler, _Served)]
     types = _Types()

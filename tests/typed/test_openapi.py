@@ -323,3 +323,21 @@ def test_raises_adds_each_declared_error_status_in_the_error_shape():
     )
     with pytest.raises(TypeError, match="HTTPError subclasses"):
         raises(ValueError)  # type: ignore[arg-type]
+
+
+class _Jotting(msgspec.Struct):
+    text: str
+
+
+def test_build_openapi_takes_the_app_as_before_or_its_router_and_middleware() -> None:
+    from aiorest.openapi import build_openapi
+
+    app = App(title="Notes", version="2")
+
+    @app.post("/notes", status=201)
+    async def create(note: _Jotting) -> _Jotting:
+        return note
+
+    document = app.openapi()
+    assert build_openapi(app, title="Notes", version="2") == document  # the signature of the release before
+    assert build_openapi(app.router, app.middleware, title="Notes", version="2") == document
