@@ -41,8 +41,6 @@ PERMANENT = {("aiorest.app.application", "aiorest.server.server")}
 
 #: (importer, imported) -> the PLAN-28 step that removes the edge.
 ALLOWLIST = {
-    # §2 row 12: the request types its session; B types it as a MutableMapping.
-    ("aiorest.http.request", "aiorest.middleware.sessions.session"): "step B",
     # §2 row 1: Route.bind reads the signature and builds the binder; C moves binding to App.add_route.
     ("aiorest.routing.route", "aiorest.typed.binding"): "step C",
     ("aiorest.routing.route", "aiorest.typed.declare"): "step C",
@@ -201,5 +199,5 @@ def test_the_checker_sees_every_kind_of_import():
     """The reader itself: a function-level and a TYPE_CHECKING import are both found."""
     kinds = {(imp.importer, imp.imported): imp.kind for imp in all_imports()}
     assert kinds[("aiorest.app.application", "aiorest.server.server")] == "function"
-    assert kinds[("aiorest.http.request", "aiorest.middleware.sessions.session")] == "TYPE_CHECKING"
+    assert kinds[("aiorest.ops.accesslog", "aiorest.http.request")] == "TYPE_CHECKING"
     assert kinds[("aiorest.server.protocol", "aiorest.server.driving")] == "module"
