@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 from ..http.datastructures import State
 from ..http.exceptions import ClientDisconnected, HTTPError, HTTPUnprocessableEntity
 from ..http.jsoncodec import JSONCodec, get_codec
+from ..http.request import RouteMatch
 from ..http.response import JSONResponse, Response, error_response, to_response
 from ..routing.convertors import Convertor
 from ..routing.paths import PathTemplate, compile_path
@@ -102,6 +103,7 @@ class App(_RouteDecorators):
         self._entered: list[tuple[str, AbstractAsyncContextManager[None]]] = []
         self._routing_error_endpoint: Handler = _raise_routing_error
         self._options_endpoint: Handler = _answer_options
+        self._matches: dict[str, RouteMatch] = {}  # template -> the match of its requests
         # path → method → endpoint of the routes without parameters, built at startup:
         # the server routes most requests by two lookups in it, and calls begin
         # only for the others (parameters, HEAD, OPTIONS, 404, 405)
@@ -351,15 +353,19 @@ class App(_RouteDecorators):
         except HTTPError as exc:
             if not self._wrapped:
                 raise
-            request._routing_error = exc
+            request.match = RouteMatch(None, error=exc)
             return self._routing_error_endpoint(request)
         request.path_params = params
         if route is None:
-            request._allow = allow
+            request.match = RouteMatch(None, allow)
             return self._options_endpoint(request)
         if route.handler is _answer_options:  # the path's preflight route
-            request._allow = allow
-        request._template = route.path
+            request.match = RouteMatch(route.path, allow)
+        else:
+            match = self._matches.get(route.path)
+            if match is None:  # one per template, made once
+                match = self._matches[route.path] = RouteMatch(route.path)
+            request.match = match
         return route.endpoint(request)
 
     async def handle_exception(self, request: Request, exc: BaseException) -> Response:
@@ -434,10 +440,11 @@ def _name(function: object) -> str:
 
 async def _raise_routing_error(request: Request) -> Response:
     """A routing error (404/405) as an endpoint, so that middleware sees it too."""
-    assert request._routing_error is not None
-    raise request._routing_error
+    assert request.match is not None and request.match.error is not None
+    raise request.match.error
 
 
 async def _answer_options(request: Request) -> Response:
     """OPTIONS on a path with no OPTIONS handler: 204 with ``Allow``."""
-    return Response(status=204, headers={"Allow": ", ".join(sorted(request._allow))})
+    assert request.match is not None
+    return Response(status=204, headers={"Allow": ", ".join(sorted(request.match.allow))})

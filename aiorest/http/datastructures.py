@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
-__all__ = ["MultiDict", "Headers", "State"]
+__all__ = ["MultiDict", "Headers", "State", "raw_header", "raw_header_values"]
 
 _T = TypeVar("_T")
 
@@ -65,6 +65,12 @@ def raw_header(raw: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
     return None
 
 
+def raw_header_values(raw: list[tuple[bytes, bytes]], name: bytes) -> list[bytes]:
+    """Every value of header ``name`` (lower-case) in a request's raw headers, in order."""
+    size = len(name)
+    return [value for key, value in raw if len(key) == size and key.lower() == name]
+
+
 class Headers:
     """Case-insensitive, multi-valued HTTP headers, in the order given.
 
@@ -84,11 +90,18 @@ class Headers:
                 self.add(name, value)
 
     @classmethod
-    def _from_raw(cls, raw: list[tuple[bytes, bytes]]) -> Headers:
-        # Request headers come from the parser, which already rejected bad bytes.
+    def from_raw(cls, raw: list[tuple[bytes, bytes]]) -> Headers:
+        """Headers of a request's raw ``(name, value)`` byte pairs, decoded as Latin-1, unchecked:
+        the parser already refused bad bytes."""
         self = cls.__new__(cls)
         self._list = [(n.decode("latin-1").lower(), n.decode("latin-1"), v.decode("latin-1")) for n, v in raw]
         return self
+
+    def copy(self) -> Headers:
+        """A copy: changing one leaves the other as it was."""
+        copy = Headers.__new__(Headers)
+        copy._list = list(self._list)
+        return copy
 
     def __getitem__(self, name: str) -> str:
         lname = name.lower()
@@ -152,6 +165,16 @@ class Headers:
         if len(kept) == len(self._list):
             raise KeyError(name)
         self._list = kept
+
+    def discard(self, names: Iterable[str]) -> None:
+        """Remove every value of each of ``names`` (any case); a name not there is no error."""
+        if self._list:
+            lower = {name.lower() for name in names}
+            self._list = [item for item in self._list if item[0] not in lower]
+
+    def extend(self, other: Headers) -> None:
+        """Append every field of ``other`` (already checked when it was built), keeping those here."""
+        self._list += other._list
 
     def setdefault(self, name: str, value: str) -> str:
         existing = self.get(name)

@@ -20,6 +20,8 @@ import re
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from .datastructures import raw_header_values
+
 __all__ = ["TrustedProxies", "Forwarded", "resolve_forwarded", "parse_forwarded", "valid_host"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -234,7 +236,7 @@ def _parse_forwarded_line(line: str) -> list[dict[str, str]]:
 
 
 def _header_values(raw_headers: list[tuple[bytes, bytes]], name: bytes) -> list[str]:
-    return [value.decode("latin-1") for key, value in raw_headers if len(key) == len(name) and key.lower() == name]
+    return [value.decode("latin-1") for value in raw_header_values(raw_headers, name)]
 
 
 def resolve_forwarded(raw_headers: list[tuple[bytes, bytes]], proxies: TrustedProxies) -> Forwarded:

@@ -7,23 +7,23 @@ asks: a handler that never touches them does not pay for decoding them.
 from __future__ import annotations
 
 import asyncio
+from abc import abstractmethod
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, MutableMapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import parse_qsl
 
 from .cookies import parse_cookie
-from .datastructures import Headers, MultiDict, State, raw_header
-from .exceptions import ClientDisconnected, HTTPBadRequest, HTTPError, HTTPUnsupportedMediaType
+from .datastructures import Headers, MultiDict, State, raw_header, raw_header_values
+from .exceptions import ClientDisconnected, HTTPBadRequest, HTTPError
 from .forwarded import Forwarded, TrustedProxies, resolve_forwarded, valid_host
+from .jsonbody import bad_body, read_json_body
 from .jsoncodec import JSONCodec
+from .limits import Limits
 from .requestid import RequestId, format_request_id
 
-if TYPE_CHECKING:
-    from ..middleware.sessions.session import Session
-
-__all__ = ["Request", "AppInterface", "BodySource"]
+__all__ = ["Request", "RouteMatch", "AppInterface", "BodySource", "SessionData"]
 
 
 class AppInterface(Protocol):
@@ -35,6 +35,7 @@ class AppInterface(Protocol):
 
     state: State
     json: JSONCodec
+    limits: Limits | None  # App(limits=...), when given
 
     def url_for(self, name: str, /, **params: Any) -> str: ...
 
@@ -42,6 +43,21 @@ class AppInterface(Protocol):
     def static_endpoints(self) -> Mapping[str, Mapping[str, Any]]:
         """Path → method → endpoint of the routes without parameters."""
         ...
+
+
+class SessionData(MutableMapping[str, Any]):
+    """What :attr:`aiorest.Request.session` gives: the base of the session middleware's
+    :class:`~aiorest.sessions.Session`, here so that the request needs nothing above it."""
+
+    id: str
+
+    @abstractmethod
+    def rotate(self) -> None:
+        """A new id, the data kept (at login)."""
+
+    @abstractmethod
+    def invalidate(self) -> None:
+        """The data dropped and the cookie expired (at logout)."""
 
 
 class BodySource(Protocol):
@@ -62,6 +78,20 @@ class BodySource(Protocol):
 
     def send_continue(self) -> None:
         """Send ``100 Continue`` to a client that asked for it."""
+
+
+class RouteMatch(NamedTuple):
+    """What routing found for a request (:attr:`aiorest.Request.match`), set by the app before the
+    request goes through middleware: the matched route's path template, the methods its
+    path allows (for an ``OPTIONS`` answer), or the routing error (404, 405) to raise."""
+
+    template: str | None
+    allow: frozenset[str] = frozenset()
+    error: HTTPError | None = None
+
+
+def _lower(name: str | bytes) -> bytes:
+    return name.lower() if type(name) is bytes else name.lower().encode("latin-1")  # type: ignore[union-attr]
 
 
 class Request:
@@ -86,15 +116,14 @@ class Request:
     _head_error: HTTPError | None = None
     _discard = False
     _plain = False
-    _routing_error: HTTPError | None = None
-    _allow: frozenset[str] = frozenset()
-    _template: str | None = None
+    #: What routing found (set by the app); None on the server's static fast path.
+    match: RouteMatch | None = None
     _id: RequestId = b"-"  # the connection sets it before the handler runs (see requestid.py)
     _started = 0.0  # when the handler began (monotonic), for the access log
     _forwarded: Forwarded | None = None
-    # set by SessionMiddleware (sessions.py): opens the session on first access
-    _session_opener: Callable[[Request], Session] | None = None
-    _session: Session | None = None
+    # set by SessionMiddleware (attach_session): opens the session on first access
+    _session_opener: Callable[[Request], SessionData] | None = None
+    _session: SessionData | None = None
 
     def __init__(
         self,
@@ -123,8 +152,26 @@ class Request:
     def headers(self) -> Headers:
         """Request headers, case-insensitive and multi-valued."""
         if self._headers is None:
-            self._headers = Headers._from_raw(self._raw_headers)
+            self._headers = Headers.from_raw(self._raw_headers)
         return self._headers
+
+    def header(self, name: str | bytes) -> str | None:
+        """The first value of header ``name`` (any case, ``"User-Agent"`` or ``b"user-agent"``); None when absent.
+
+        One pass over the header lines as the parser gave them, without building
+        :attr:`headers`: what middleware uses to read a header or two.
+        """
+        value = raw_header(self._raw_headers, _lower(name))
+        return None if value is None else value.decode("latin-1")
+
+    def header_values(self, name: str | bytes) -> list[str]:
+        """Every value of header ``name`` (any case), in order; ``[]`` when absent. Like :meth:`header`."""
+        return [value.decode("latin-1") for value in raw_header_values(self._raw_headers, _lower(name))]
+
+    @property
+    def raw_headers(self) -> list[tuple[bytes, bytes]]:
+        """The header lines as the parser gave them: ``(name, value)`` bytes, names as the client wrote them."""
+        return self._raw_headers
 
     @property
     def query(self) -> MultiDict:
@@ -152,7 +199,7 @@ class Request:
         return self._state
 
     @property
-    def session(self) -> Session:
+    def session(self) -> SessionData:
         """The session (see :doc:`sessions`): a mapping of JSON values kept across requests.
 
         Needs :class:`SessionMiddleware` around the route; a cookie store decodes
@@ -169,6 +216,26 @@ class Request:
                 )
             session = self._session = opener(self)
         return session
+
+    def attach_session(self, opener: Callable[[Request], SessionData]) -> bool:
+        """Let :attr:`session` open the session with ``opener(request)`` on first access.
+
+        For session middleware: False, and nothing changes, when another one
+        (an outer one) already attached a session to this request.
+        """
+        if self._session_opener is not None:
+            return False
+        self._session_opener = opener
+        return True
+
+    def open_session(self, session: SessionData) -> None:
+        """Set the session that :attr:`session` gives, already loaded (a middleware's eager store)."""
+        self._session = session
+
+    @property
+    def opened_session(self) -> SessionData | None:
+        """The session, if anything opened it; None if no one looked (nothing to save)."""
+        return self._session
 
     @property
     def client(self) -> tuple[str, int] | None:
@@ -242,14 +309,15 @@ class Request:
 
         A bounded label for logs and metrics, unlike the raw path.
         """
-        if self._template is None and self.path in self.app.static_endpoints:
+        template = None if self.match is None else self.match.template
+        if template is None and self.path in self.app.static_endpoints:
             return self.path  # a route without parameters: its template is its path
-        return self._template
+        return template
 
     @property
     def content_type(self) -> str:
         """The media type of the body, lower-cased, without parameters ('' when absent)."""
-        value = raw_header(self._raw_headers, b"content-type")  # one header: no Headers table built
+        value = raw_header(self._raw_headers, b"content-type")
         return value.decode("latin-1").partition(";")[0].strip().lower() if value else ""
 
     def url_for(self, name: str, /, *, _external: bool = False, **params: Any) -> str:
@@ -306,16 +374,40 @@ class Request:
         415 if a Content-Type other than JSON was sent; 400 if the body is empty,
         not valid UTF-8, or not valid JSON.
         """
-        content_type = self.content_type
-        if content_type and content_type != "application/json" and not content_type.endswith("+json"):
-            raise HTTPUnsupportedMediaType(f"expected a JSON body (application/json), got {content_type}")
-        body = await self.read()
-        if not body:
-            raise HTTPBadRequest("request body is empty; expected JSON")
+        body = await self.json_body()
         try:
             return self.app.json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
-            raise HTTPBadRequest(f"request body is not valid JSON: {exc}") from None
+            raise bad_body(f"request body is not valid JSON: {exc}", locate=False) from None
+
+    async def json_body(
+        self, *, required: bool = True, strict_content_type: bool = False, locate: bool = False
+    ) -> bytes:
+        """The body, read once its ``Content-Type`` says JSON: for a handler that decodes it itself.
+
+        415 for another type (``application/json`` or one ending in ``+json``
+        is JSON), and for none with ``strict_content_type``; 400 for an empty
+        body when ``required``, else ``b""``. An empty body is let through
+        whatever its type when not ``required``: the handler's default applies.
+        With ``locate``, the errors' ``details`` name where the problem is
+        (``header.content-type``, ``body``), as a typed handler's do (see :doc:`typed`).
+        """
+        return await read_json_body(self, required, strict_content_type, locate)
+
+    def replace_body(self, body: bytes, *, drop: Iterable[str | bytes] = ()) -> None:
+        """Make ``body`` the request's body, as if the client had sent it plain: for a middleware
+        that transforms the body (:class:`Decompression`) once it has read it.
+
+        :meth:`read`, :meth:`json` and :meth:`stream` give ``body``; the headers
+        named in ``drop`` are gone and ``Content-Length`` is its length.
+        """
+        dropped = {_lower(name) for name in drop}
+        dropped.add(b"content-length")
+        raw = [(name, value) for name, value in self._raw_headers if name.lower() not in dropped]
+        raw.append((b"Content-Length", b"%d" % len(body)))
+        self._raw_headers = raw
+        self._headers = None
+        self._body = body
 
     async def _next_chunk(self) -> bytes | None:
         while True:

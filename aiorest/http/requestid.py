@@ -25,6 +25,8 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+from .datastructures import raw_header_values
+
 __all__ = [
     "request_id",
     "request_id_var",
@@ -87,20 +89,15 @@ def request_id() -> str | None:
 def valid_request_id(raw_headers: list[tuple[bytes, bytes]]) -> bytes | None:
     """The request's ``X-Request-ID`` if it has exactly one, of at most 128 characters among
     ``A-Z a-z 0-9 . _ -``; else None (a new id is made)."""
-    found = None
-    for name, value in raw_headers:
-        if len(name) == 12 and name.lower() == b"x-request-id":
-            if found is not None:
-                return None
-            found = value
-    if found is not None and _VALID.fullmatch(found):
-        return found
+    values = raw_header_values(raw_headers, b"x-request-id")
+    if len(values) == 1 and _VALID.fullmatch(values[0]):
+        return values[0]
     return None
 
 
 def _install_record_factory() -> None:
     previous = logging.getLogRecordFactory()
-    if getattr(previous, "_aiorest_request_id", False):
+    if getattr(previous, "aiorest_request_id", False):
         return  # installed already (the module was reloaded)
 
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
@@ -112,7 +109,7 @@ def _install_record_factory() -> None:
             record.request_id = "-"
         return record
 
-    factory._aiorest_request_id = True  # type: ignore[attr-defined]
+    factory.aiorest_request_id = True  # type: ignore[attr-defined]
     logging.setLogRecordFactory(factory)
 
 

@@ -76,9 +76,26 @@ class Response:
             self._headers = Headers()
         return self._headers
 
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (any case), None when absent; an answer with
+        no extra header pays for no :attr:`headers` table."""
+        return None if self._headers is None else self._headers.get(name)
+
     def render(self, codec: JSONCodec) -> bytes | bytearray | memoryview:
         """The body bytes; JSON responses encode with the app's codec here."""
         return self.body
+
+    def with_body(self, body: bytes | bytearray | memoryview) -> Response:
+        """This response sending ``body`` (already rendered) instead: a plain :class:`Response`
+        with the same status, media type and headers; a plain one is changed in place."""
+        if type(self) is Response:
+            self.body = body
+            return self
+        plain = Response(b"", self._status)
+        plain.body = body
+        plain._media_type = self._media_type
+        plain._headers = self._headers
+        return plain
 
     def set_cookie(
         self,

@@ -12,7 +12,6 @@ import zlib
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from ..http.datastructures import raw_header
 from ..http.exceptions import HTTPBadRequest, HTTPPayloadTooLarge, HTTPUnsupportedMediaType
 from ..http.limits import Limits
 from ..http.request import Request
@@ -40,7 +39,7 @@ _SAMPLE_ABOVE = 16 * 1024
 _SAMPLE_SIZE = 8 * 1024
 _MIN_GAIN = 0.9
 
-_DEFAULT_MAX_BODY = Limits().max_body_size
+_DEFAULT_LIMITS = Limits()
 
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
 
@@ -224,23 +223,20 @@ class Compression:
 
     async def __call__(self, request: Request, handler: Handler) -> Response:
         response: Response = await handler(request)
-        status = response._status
-        if status in (204, 206, 304) or not compressible(response._media_type):
+        if response.status in (204, 206, 304) or not compressible(response.media_type):
             return response
-        headers = response._headers
-        if headers is not None:
-            if "content-encoding" in headers:
-                return response
-            content_type = headers.get("content-type")  # a handler may set it as a header
-            if content_type is not None and not compressible(content_type):
-                return response
+        if response.header("content-encoding") is not None:
+            return response
+        content_type = response.header("content-type")  # a handler may set it as a header
+        if content_type is not None and not compressible(content_type):
+            return response
         add_vary(response.headers, "Accept-Encoding")
-        if request.method == "HEAD" or raw_header(request._raw_headers, b"range") is not None:
+        if request.method == "HEAD" or request.header(b"range") is not None:
             return response
-        accept = raw_header(request._raw_headers, b"accept-encoding")
+        accept = request.header(b"accept-encoding")
         if not accept:
             return response
-        coding = self._coding(accept.decode("latin-1"))
+        coding = self._coding(accept)
         if coding is None:
             return response
         if isinstance(response, StreamResponse):
@@ -255,10 +251,10 @@ class Compression:
         ):
             compressed = self._compress(coding, body)
             if len(compressed) <= _MIN_GAIN * size:
-                response = _with_body(response, compressed)
+                response = response.with_body(compressed)
                 response.headers["Content-Encoding"] = coding
                 return response
-        return _with_body(response, body)  # rendered once: the server does not render it again
+        return response.with_body(body)  # rendered once: the server does not render it again
 
     async def _stream(self, coding: str, content: Any) -> AsyncIterator[bytes]:
         compressor: _StreamCompressor = _Brotli(self.brotli_quality) if coding == "br" else _Gzip(self.level)
@@ -273,18 +269,6 @@ class Compression:
             aclose = getattr(content, "aclose", None)
             if aclose is not None:
                 await aclose()
-
-
-def _with_body(response: Response, body: bytes | bytearray | memoryview) -> Response:
-    """``response`` sending ``body``: a JSONResponse (or any that renders) becomes a plain Response."""
-    if type(response) is Response:
-        response.body = body
-        return response
-    plain = Response(b"", response._status)
-    plain.body = body
-    plain._media_type = response._media_type
-    plain._headers = response._headers
-    return plain
 
 
 class _Decompressor(Protocol):
@@ -343,8 +327,8 @@ class Decompression:
     """Middleware expanding request bodies sent with ``Content-Encoding: gzip``, ``deflate``, or ``br``.
 
     The body is expanded as it arrives, never past ``max_size`` bytes (default:
-    the server's ``Limits.max_body_size``): a larger one, such as a small
-    "zip bomb", is refused with 413 after expanding at most ``max_size`` bytes.
+    ``max_body_size`` of ``App(limits=...)``, else of the default ``Limits``):
+    a larger one, such as a small "zip bomb", is refused with 413 after expanding at most ``max_size`` bytes.
     An encoding it does not know (or several) gets 415 with ``Accept-Encoding``
     naming those it does; a corrupt or truncated stream gets 400. The handler
     then reads the expanded body with :meth:`Request.read`, :meth:`Request.json`
@@ -360,25 +344,17 @@ class Decompression:
         self.codings: tuple[str, ...] = ("gzip", "deflate", "br") if BROTLI_AVAILABLE else ("gzip", "deflate")
 
     async def __call__(self, request: Request, handler: Handler) -> Response:
-        if raw_header(request._raw_headers, b"content-encoding") is not None:
+        if request.header(b"content-encoding") is not None:
             await self._expand(request)
         response: Response = await handler(request)
         return response
 
-    def _limit(self, request: Request) -> int:
-        if self.max_size is not None:
-            return self.max_size
-        limits = getattr(request._protocol, "_limits", None)  # the server's, when served
-        return limits.max_body_size if isinstance(limits, Limits) else _DEFAULT_MAX_BODY
-
     async def _expand(self, request: Request) -> None:
-        raw = request._raw_headers
-        lines = [value for name, value in raw if len(name) == 16 and name.lower() == b"content-encoding"]
         # Bounded like any header (the parser limits their size and number); identity means none.
         codings = [
             coding
-            for line in lines
-            for coding in (part.strip().lower() for part in line.decode("latin-1").split(","))
+            for line in request.header_values(b"content-encoding")
+            for coding in (part.strip().lower() for part in line.split(","))
             if coding and coding != "identity"
         ]
         if not codings:
@@ -398,7 +374,7 @@ class Decompression:
             exc = HTTPUnsupportedMediaType(f"unsupported request Content-Encoding {shown!r}")
             exc.headers["Accept-Encoding"] = ", ".join(self.codings)
             raise exc
-        limit = self._limit(request)
+        limit = self.max_size or (request.app.limits or _DEFAULT_LIMITS).max_body_size
         parts: list[bytes] = []
         size = received = 0
         errors: tuple[type[Exception], ...] = (zlib.error,) if _brotli is None else (zlib.error, _brotli.error)
@@ -419,10 +395,5 @@ class Decompression:
             raise HTTPBadRequest(f"request body is not valid {coding}: {exc}") from None
         if received and not decompressor.finished:  # an empty body stays empty
             raise HTTPBadRequest(f"request body is a truncated {coding} stream")
-        body = request._body = b"".join(parts)
         # The request now reads as if sent plain: an inner Decompression leaves it alone.
-        request._raw_headers = [
-            (name, value) for name, value in raw if name.lower() not in (b"content-encoding", b"content-length")
-        ]
-        request._raw_headers.append((b"Content-Length", b"%d" % len(body)))
-        request._headers = None
+        request.replace_body(b"".join(parts), drop=(b"content-encoding",))

@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
-from ..http.datastructures import _TCHAR, check_header_value, raw_header
+from ..http.datastructures import _TCHAR, Headers, check_header_value
 from ..http.exceptions import HTTPBadRequest, HTTPError, HTTPForbidden
 from ..http.response import Response, add_vary
 
@@ -35,10 +35,11 @@ MAX_REQUEST_HEADERS_LENGTH = 4096
 
 # A serialised origin (RFC 6454, 6.2): scheme "://" host [":" port], no path, no userinfo.
 _ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://(?:[a-z0-9._~!$&'()*+,;=%-]+|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?", re.I)
-# Methods the fetch standard normalises to upper case; others are case-sensitive.
+# The headers of an actual request's answer: the middleware's, never the handler's.
 _ANSWER_NAMES = frozenset(
     {"access-control-allow-origin", "access-control-allow-credentials", "access-control-expose-headers"}
 )
+# Methods the fetch standard normalises to upper case; others are case-sensitive.
 _NORMALISED = frozenset({"DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT"})
 # The preflight's answer depends on these request headers.
 _PREFLIGHT_VARY = "Origin, Access-Control-Request-Method, Access-Control-Request-Headers"
@@ -108,8 +109,8 @@ class CORS:
             self._preflight["Access-Control-Max-Age"] = str(max_age)
         for value in (*self._actual.values(), *self._preflight.values()):
             check_header_value(value, "CORS header value")
-        # The same, as Headers keeps them, for the answers to actual requests: appended as they are.
-        self._actual_items = [(name.lower(), name, value) for name, value in self._actual.items()]
+        # The same as Headers, for the answers to actual requests: appended as they are.
+        self._actual_headers = Headers(self._actual)
 
     def allows_origin(self, origin: str) -> bool:
         """Whether a request from ``origin`` (its ``Origin`` header) may be read."""
@@ -120,13 +121,11 @@ class CORS:
         return self.origin_regex is not None and self.origin_regex.fullmatch(origin) is not None
 
     async def __call__(self, request: Request, handler: Handler) -> Response:
-        # Read from the raw headers: a simple request does not pay for the whole Headers table.
-        raw = request._raw_headers
-        raw_origin = raw_header(raw, b"origin")
-        if raw_origin is None:  # not a cross-origin request (or a client that is no browser)
+        # One header at a time: a simple request does not pay for the whole Headers table.
+        origin = request.header(b"origin")
+        if origin is None:  # not a cross-origin request (or a client that is no browser)
             return self._vary(await handler(request))
-        origin = raw_origin.decode("latin-1")
-        if request.method == "OPTIONS" and raw_header(raw, b"access-control-request-method") is not None:
+        if request.method == "OPTIONS" and request.header(b"access-control-request-method") is not None:
             return self._answer_preflight(request, origin)
         allowed = self.allows_origin(origin)
         try:
@@ -139,13 +138,9 @@ class CORS:
             raise
         if allowed:
             headers = response.headers
-            if headers._list:  # the handler's own CORS headers give way
-                headers._list = [item for item in headers._list if item[0] not in _ANSWER_NAMES]
-            # The origin is checked: allows_origin matched it against _ORIGIN (no space, no control character).
-            headers._list.append(
-                ("access-control-allow-origin", "Access-Control-Allow-Origin", origin if self.varies else "*")
-            )
-            headers._list += self._actual_items
+            headers.discard(_ANSWER_NAMES)  # the handler's own CORS headers give way
+            headers.add("Access-Control-Allow-Origin", origin if self.varies else "*")
+            headers.extend(self._actual_headers)
         return self._vary(response)
 
     def _answer_preflight(self, request: Request, origin: str) -> Response:

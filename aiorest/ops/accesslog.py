@@ -188,7 +188,7 @@ class AccessLog:
                 _monotonic() - request._started,
                 request.route_template,
                 request._id,
-                request._raw_headers,
+                request.raw_headers,
             )
         )
         if self._timer is None:

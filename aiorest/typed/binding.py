@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Annotated, Any, get_origin
 
 from ..http.datastructures import Headers
-from ..http.exceptions import HTTPBadRequest, HTTPUnprocessableEntity, HTTPUnsupportedMediaType
+from ..http.exceptions import HTTPUnprocessableEntity
+from ..http.jsonbody import bad_body
 from ..http.request import Request
 from ..http.response import Response, to_response
 from .declare import VALIDATION_MESSAGE, HandlerSignature, Parameter, _sequence_item, _strip
@@ -108,7 +109,7 @@ class TypedEndpoint:
         self._encoder = msgspec.json.Encoder() if signature.returns is not None else None
         self._status = signature.status or 200
         self._empty_status = signature.status or 204
-        self._response_headers = list(Headers(signature.headers)._list) if signature.headers else None
+        self._response_headers = Headers(signature.headers) if signature.headers else None
         # Nothing to do to the result: the server turns it into a response as usual.
         self._plain_result = self._encoder is None and signature.status is None and not signature.headers
 
@@ -148,28 +149,16 @@ class TypedEndpoint:
             response = Response(self._encoder.encode(result), self._status, None, _JSON)
         else:
             response = to_response(result)  # a dict or a list: JSON; None: no content
-            response._status = self._status if result is not None else self._empty_status
+            response.status = self._status if result is not None else self._empty_status
         if self._response_headers is not None:
-            response_headers = Headers.__new__(Headers)
-            response_headers._list = list(self._response_headers)
-            response._headers = response_headers
+            response.headers.extend(self._response_headers)  # a new response: no header of its own
         return response
 
     async def _read_body(self, request: Request, kwargs: dict[str, Any]) -> list[dict[str, str]] | None:
-        content_type = request.content_type
-        if content_type == _JSON or content_type.endswith("+json") or not (content_type or self._strict_content_type):
-            body = await request.read()
-        else:
-            # Another type, or none: a browser sends either cross-site with no CORS
-            # preflight. Only an empty body goes on, to the default or to "body is empty".
-            if content_type and self._body_required:
-                raise _unsupported(content_type)
-            body = await request.read()
-            if body:
-                raise _unsupported(content_type)
+        body = await request.json_body(
+            required=self._body_required, strict_content_type=self._strict_content_type, locate=True
+        )
         if not body:
-            if self._body_required:
-                raise _bad_body("request body is empty; expected JSON")
             return None  # the parameter's default
         assert self._decoder is not None and self._body is not None
         try:
@@ -179,9 +168,9 @@ class TypedEndpoint:
         except msgspec.ValidationError as exc:
             return [_problem("body", str(exc))]
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-            raise _bad_body(f"request body is not valid JSON: {exc}") from None
+            raise bad_body(f"request body is not valid JSON: {exc}") from None
         except RecursionError:  # msgspec's depth is bounded by Python's recursion limit
-            raise _bad_body("request body is not valid JSON: JSON nested too deeply") from None
+            raise bad_body("request body is not valid JSON: JSON nested too deeply") from None
         return None
 
     def _bind_path(
@@ -224,18 +213,6 @@ def _bind(
                 continue
         out[name] = value
     return errors
-
-
-def _unsupported(content_type: str) -> HTTPUnsupportedMediaType:
-    got = content_type or "no Content-Type"
-    return HTTPUnsupportedMediaType(
-        f"expected a JSON body (application/json), got {got}",
-        details=[{"location": "header.content-type", "message": f"expected application/json, got {got}"}],
-    )
-
-
-def _bad_body(message: str) -> HTTPBadRequest:
-    return HTTPBadRequest(message, details=[{"location": "body", "message": message}])
 
 
 def _add(errors: list[dict[str, str]] | None, problem: dict[str, str]) -> list[dict[str, str]]:

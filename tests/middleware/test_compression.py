@@ -313,8 +313,8 @@ async def test_router_only(aiorest_client) -> None:
 # -- request bodies -------------------------------------------------------------------
 
 
-def echo_app(max_size: int | None = None) -> App:
-    app = App(middleware=[Decompression(max_size=max_size)])
+def echo_app(max_size: int | None = None, limits: Limits | None = None) -> App:
+    app = App(middleware=[Decompression(max_size=max_size)], limits=limits)
 
     @app.post("/echo")
     async def echo(request: Request) -> dict[str, object]:
@@ -377,7 +377,7 @@ async def test_request_brotli(aiorest_client) -> None:
 async def test_gzip_bomb_refused_without_expanding(aiorest_client) -> None:
     bomb = gzip.compress(b"\x00" * 10_000_000, 9)
     assert len(bomb) < 20_000
-    client = await aiorest_client(echo_app(), limits=Limits(max_body_size=64 * 1024))
+    client = await aiorest_client(echo_app(limits=Limits(max_body_size=64 * 1024)))
     tracemalloc.start()
     try:
         async with client.post("/echo", data=bomb, headers={"Content-Encoding": "gzip"}) as response:
@@ -436,8 +436,9 @@ async def test_empty_encoded_body_is_empty(aiorest_client) -> None:
         assert "empty" in (await response.json())["error"]["message"]
 
 
-async def test_default_limit_is_the_servers(aiorest_client) -> None:
-    client = await aiorest_client(echo_app(), limits=Limits(max_body_size=1000))
+async def test_default_limit_is_the_apps(aiorest_client) -> None:
+    # App(limits=...), not the connection's: the middleware reads nothing of the server.
+    client = await aiorest_client(echo_app(limits=Limits(max_body_size=1000)))
     raw = json.dumps({"a": "b" * 2000}).encode()
     (response,) = await fetch(
         client.port,

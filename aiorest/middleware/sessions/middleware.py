@@ -114,16 +114,15 @@ class SessionMiddleware:
         self._opener = self._open  # bound once: what request.session calls
 
     async def __call__(self, request: Request, handler: Handler) -> Response:
-        if request._session_opener is not None:  # an outer one already serves this request
+        if not request.attach_session(self._opener):  # an outer one already serves this request
             return await handler(request)  # type: ignore[no-any-return]
-        request._session_opener = self._opener
         if not self.store.lazy:
             value = request.cookies.get(self.cookie_name)
             if value is not None:
-                request._session = await self.store.load(value, self.max_age) or Session()
+                request.open_session(await self.store.load(value, self.max_age) or Session())
         response: Response = await handler(request)
-        session = request._session
-        if session is not None and session.modified:
+        session = request.opened_session
+        if isinstance(session, Session) and session.modified:
             await self._commit(request, session, response)
         return response
 
@@ -136,14 +135,14 @@ class SessionMiddleware:
         return Session()
 
     async def _commit(self, request: Request, session: Session, response: Response) -> None:
-        old = session._loaded_id
+        old = session.loaded_id
         if old is not None and old != session.id:  # rotated or invalidated: the old id dies
             await self.store.delete(old)
         secure = request.scheme == "https" if self.secure is None else self.secure
         attributes: dict[str, Any] = dict(
             path=self.path, domain=self.domain, secure=secure, httponly=self.httponly, samesite=self.samesite
         )
-        if session._fresh and not session:  # invalidated, and nothing set since: no session at all
+        if session.fresh and not session:  # invalidated, and nothing set since: no session at all
             response.delete_cookie(self.cookie_name, **attributes)
             return
         value = await self.store.save(session, self.max_age)
@@ -217,7 +216,7 @@ class CookieStore(SessionStore):
         return Session(data, session_id)
 
     async def save(self, session: Session, max_age: int) -> str:
-        content = {"t": int(time.time()), "i": session.id, "d": session._data}
+        content = {"t": int(time.time()), "i": session.id, "d": dict(session)}
         payload = _b64encode(json.dumps(content, separators=(",", ":")).encode())
         return f"{payload}.{_b64encode(self._sign(self._keys[0], payload))}"
 
@@ -290,15 +289,15 @@ class RedisStore(SessionStore):
 
     async def save(self, session: Session, max_age: int) -> str:
         key = self.prefix + stored_id(session.id)
-        data = session._data
         async with self.redis.pipeline(transaction=True) as pipe:
-            if session._fresh:  # a new id: the whole session, over anything there
+            if session.fresh:  # a new id: the whole session, over anything there
                 pipe.delete(key)
-                changed = {field: json.dumps(data[field]) for field in data}
+                changed = {field: json.dumps(value) for field, value in session.items()}
             else:
-                changed = {field: json.dumps(data[field]) for field in session._changed}
-                if session._deleted:
-                    pipe.hdel(key, *session._deleted)
+                set_keys, deleted = session.changes()
+                changed = {field: json.dumps(session[field]) for field in set_keys}
+                if deleted:
+                    pipe.hdel(key, *deleted)
             if changed:
                 pipe.hset(key, mapping=changed)
             pipe.expire(key, self.ttl or max_age)
@@ -393,11 +392,11 @@ class PostgresStore(SessionStore):
         return Session(data, value)
 
     async def save(self, session: Session, max_age: int) -> str:
-        data = session._data
-        changed = data if session._fresh else {field: data[field] for field in session._changed}
+        set_keys, deleted = session.changes()
+        changed = dict(session) if session.fresh else {field: session[field] for field in set_keys}
         await self.database.execute(
             _UPSERT,
-            (stored_id(session.id), json.dumps(changed), self.ttl or max_age, session._fresh, sorted(session._deleted)),
+            (stored_id(session.id), json.dumps(changed), self.ttl or max_age, session.fresh, sorted(deleted)),
         )
         if time.monotonic() - self._purged > self.purge_every:
             self._purged = time.monotonic()

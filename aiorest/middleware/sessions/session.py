@@ -1,15 +1,17 @@
 """The session of one request: a mapping of JSON values whose changes are tracked.
 
-Apart from the middleware and the stores (:mod:`aiorest.sessions`), so that the
-request, which holds its session, needs nothing above it.
+Apart from the middleware and the stores (:mod:`aiorest.sessions`). The request,
+which holds its session, knows only its base, ``aiorest.http.request.SessionData``.
 """
 
 from __future__ import annotations
 
 import json
 import secrets as _secrets
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator
 from typing import Any
+
+from ...http.request import SessionData
 
 __all__ = ["Session", "new_session_id"]
 
@@ -19,7 +21,7 @@ def new_session_id() -> str:
     return _secrets.token_urlsafe(32)
 
 
-class Session(MutableMapping[str, Any]):
+class Session(SessionData):
     """The session of one request: string keys, JSON values.
 
     Changes are tracked key by key, so that an unchanged session writes nothing
@@ -84,6 +86,21 @@ class Session(MutableMapping[str, Any]):
         self._deleted.clear()
         self.id = new_session_id()
         self._fresh = True
+
+    @property
+    def loaded_id(self) -> str | None:
+        """The id the client sent, which a store loaded; None for a new session."""
+        return self._loaded_id
+
+    @property
+    def fresh(self) -> bool:
+        """Whether a store must write the whole session under :attr:`id` (new, rotated or invalidated)."""
+        return self._fresh
+
+    def changes(self) -> tuple[frozenset[str], frozenset[str]]:
+        """The keys set and the keys deleted since the session was loaded, for a store
+        that writes only what changed."""
+        return frozenset(self._changed), frozenset(self._deleted)
 
     @property
     def modified(self) -> bool:
