@@ -60,7 +60,7 @@ _ERRORS = {
 }
 
 
-class _HasRoutes(typing.Protocol):
+class HasRoutes(typing.Protocol):
     """An app, as far as its document goes: its route table and the middleware around every route."""
 
     router: RouteTable
@@ -68,7 +68,7 @@ class _HasRoutes(typing.Protocol):
 
 
 def build_openapi(
-    router: RouteTable | _HasRoutes,
+    router: RouteTable | HasRoutes,
     middleware: Sequence[Middleware] = (),
     *,
     title: str,
