@@ -275,6 +275,7 @@ const put = (header) => ({method: "PUT", headers: {"Content-Type": "application/
 </script></body></html>"""
 
 
+@pytest.mark.slow  # a browser or a process of its own: not in the fast tier
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
 async def test_a_real_browser_reads_only_what_cors_allows() -> None:
     # The page comes from http://127.0.0.1:PORT (origin A); the APIs are on http://localhost:*

@@ -335,6 +335,7 @@ async def test_cancel_on_disconnect_rolls_back_the_transaction_and_the_pool_stay
 # -- the overload ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a process of its own (the fast tier runs in-process only)
 def test_ten_times_overload_gives_only_200s_and_503s_and_bounds_the_wait():
     """The latency under overload (p99 against unloaded) is a figure, not asserted here:
     python -m load.prod_admission prints it, and python -m load.production checks it."""

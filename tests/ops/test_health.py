@@ -109,6 +109,7 @@ async def test_health_routes_are_off_by_default_and_cannot_shadow_the_apps():
         await Server(app, port=0, health=True).start()
 
 
+@pytest.mark.slow  # a process of its own (the fast tier runs in-process only)
 def test_readyz_is_503_while_the_server_drains_after_sigterm():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from aiorest import App, HTTPConflict, Server
@@ -179,6 +180,7 @@ async def test_pool_gauges(database_url):
     assert value(found, "aiorest_db_pool_waits_total") == 0
 
 
+@pytest.mark.slow  # a process of its own (the fast tier runs in-process only)
 def test_two_workers_are_summed(tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
