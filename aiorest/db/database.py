@@ -26,8 +26,8 @@ do requests turned away because the pool was exhausted or PostgreSQL refused
 a connection.
 
 Sizing: ``max_size`` is per worker process; ``max_total`` is the host's, shared
-out between the ``$AIOREST_WORKERS`` workers (``aiorest run --workers N`` sets
-it). At open, the host's total is checked against what PostgreSQL can give
+out between the host's workers (``aiorest run --workers N``: the server tells
+the app at startup, see ``setup``). At open, the host's total is checked against what PostgreSQL can give
 (``max_connections`` less its reserved connections): a pool that cannot fit
 refuses to open, since under load it would turn requests into 503s and lock
 out every other client of that server.
@@ -138,18 +138,6 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def _workers() -> int:
-    """The worker processes of this host sharing ``max_total``: ``$AIOREST_WORKERS``, else 1."""
-    text = os.environ.get("AIOREST_WORKERS", "1")
-    try:
-        workers = int(text)
-    except ValueError:
-        workers = 0
-    if workers < 1:
-        raise RuntimeError(f"AIOREST_WORKERS must be a number of worker processes (1 or more), got {text!r}")
-    return workers
-
-
 class _Queries:
     """The row helpers, shared by Database (a connection per call) and Transaction."""
 
@@ -234,7 +222,9 @@ class Database(_Queries):
     ``dsn``: a libpq URL or key=value string; default ``$DATABASE_URL``.
     ``min_size`` connections open at startup, up to ``max_size`` per worker
     process (default 16), or up to ``max_total`` for the whole host, shared out
-    between its ``$AIOREST_WORKERS`` workers (give one of the two). At open, the
+    between its ``workers`` (give one of the two). ``workers``: the worker processes
+    of this host; by default, those of the server the app runs on (see
+    :class:`~aiorest.server.ServerConfig`), else 1. At open, the
     host's total (per worker × workers) must fit in PostgreSQL's
     ``max_connections`` less its reserved connections, or open raises.
     ``acquire_timeout``: seconds a request may wait for a free connection (then
@@ -264,6 +254,7 @@ class Database(_Queries):
         application_name: str = "aiorest",
         max_total: int | None = None,
         pooler: Literal["transaction", "session"] | None = None,
+        workers: int | None = None,
     ) -> None:
         # Until open() shares max_total out between the workers (known by then, not
         # necessarily when the app is made): the whole of it, for one worker.
@@ -278,6 +269,8 @@ class Database(_Queries):
             raise ValueError(f"need max_total >= 1 and min_size >= 0, got {max_total}, {min_size}")
         else:
             self.max_size = max_total
+        if workers is not None and workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
         if pooler not in (None, "transaction", "session"):
             raise ValueError(f"pooler must be 'transaction', 'session' or None, got {pooler!r}")
         if pooler == "transaction" and prepare:
@@ -290,7 +283,8 @@ class Database(_Queries):
         self.pooler = pooler
         self._min_wanted = min_size
         self.min_size = min_size
-        self.workers = 1
+        self._workers_given = workers
+        self.workers = workers or 1  # until the server says, at startup (see setup)
         self.acquire_timeout = acquire_timeout
         self.statement_timeout = statement_timeout
         self.connect_timeout = connect_timeout
@@ -325,8 +319,7 @@ class Database(_Queries):
         )
 
     def _share_out(self) -> None:
-        """Set ``max_size`` (and cap ``min_size``) from ``max_total`` and ``$AIOREST_WORKERS``."""
-        self.workers = _workers()
+        """Set ``max_size`` (and cap ``min_size``) from ``max_total`` and ``workers``."""
         if self.max_total is None:
             return
         share = self.max_total // self.workers
@@ -354,6 +347,8 @@ class Database(_Queries):
 
         @asynccontextmanager
         async def pool(app: App) -> AsyncIterator[None]:
+            if self._workers_given is None and "worker_processes" in app.state:  # the server's, set before startup
+                self.workers = app.state.worker_processes
             await self.open()
             try:
                 yield
@@ -366,7 +361,7 @@ class Database(_Queries):
         """Connect ``min_size`` connections, and check the host's pools fit in the server (else raise).
 
         Raises if PostgreSQL cannot be reached, or (unless ``pooler`` is set, or
-        ``min_size`` is 0) if ``max_size`` × ``$AIOREST_WORKERS`` exceeds its
+        ``min_size`` is 0) if ``max_size`` × ``workers`` exceeds its
         ``max_connections`` less its reserved connections.
         """
         if self.dsn is None:
@@ -398,7 +393,7 @@ class Database(_Queries):
         if total > available:
             raise RuntimeError(
                 f"database pool too large: pool max {self.max_size} × {_plural(self.workers, 'worker')}"
-                f" (AIOREST_WORKERS) = {total} connections exceeds PostgreSQL's max_connections {max_connections}"
+                f" = {total} connections exceeds PostgreSQL's max_connections {max_connections}"
                 f" − {superuser_reserved + reserved} reserved = {available}; set Database(max_total=...) for this"
                 f" host to at most {available} less what other clients and hosts need, raise max_connections,"
                 " or put PgBouncer in front"
