@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg2
 import psycopg2.errors
 
+from .._support.bursts import BurstLog
 from .connection import _connect_raw, _Connection
 from .errors import (
     DISCONNECTS,
@@ -99,39 +100,8 @@ _RECONNECT_DELAY = 0.05
 _RECONNECT_MAX_DELAY = 1.0
 
 
-class _Tally:
-    """Events counted and logged as one WARNING line per burst (see _REPORT_DELAY).
-
-    ``message(count, reason)`` words the line; ``reason`` is the first event's.
-    """
-
-    def __init__(self, message: Callable[[int, str], str]) -> None:
-        self._message = message
-        self._count = 0
-        self._reason = ""
-        self._report: asyncio.TimerHandle | None = None
-        self._last_report = float("-inf")
-
-    def note(self, reason: str) -> None:
-        self._count += 1
-        if not self._reason:
-            self._reason = reason
-        if self._report is None:
-            loop = asyncio.get_running_loop()
-            at = max(loop.time() + _REPORT_DELAY, self._last_report + _REPORT_GAP)
-            self._report = loop.call_at(at, self.report)
-
-    def report(self) -> None:
-        """Log what was counted (now, if a line is pending)."""
-        if self._report is not None:
-            self._report.cancel()
-            self._report = None
-        if not self._count:
-            return
-        self._last_report = asyncio.get_running_loop().time()
-        count, self._count = self._count, 0
-        reason, self._reason = self._reason, ""
-        logger.warning("%s", self._message(count, reason))
+def _burst_log(message: Callable[[int, str], str]) -> BurstLog:
+    return BurstLog(logger, message, every=_REPORT_GAP, delay=_REPORT_DELAY)
 
 
 def _plural(count: int, noun: str) -> str:
@@ -298,20 +268,20 @@ class Database(_Queries):
         self._closed = True
         self._reconnecting: asyncio.Task[None] | None = None
         self._recovering: set[asyncio.Task[None]] = set()
-        self._losses = _Tally(
+        self._losses = _burst_log(
             lambda count, reason: (
                 f"lost {_plural(count, 'connection')} to PostgreSQL: {reason}"
                 + ("" if self._closed else "; reconnecting")
             )
         )
-        self._timeouts = _Tally(
+        self._timeouts = _burst_log(
             lambda count, reason: (
                 f"database pool exhausted: {_plural(count, 'request')} got 503 after waiting"
                 f" {self.acquire_timeout:g} s for a connection (pool max {self.max_size} per worker ×"
                 f" {_plural(self.workers, 'worker')}); raise the pool size if PostgreSQL has room, or acquire_timeout"
             )
         )
-        self._refusals = _Tally(
+        self._refusals = _burst_log(
             lambda count, reason: (
                 f"PostgreSQL refused {_plural(count, 'new connection')}, requests got 503: {reason}; the pools of every"
                 f" worker and host, with its other clients, need more than its max_connections"
@@ -410,7 +380,7 @@ class Database(_Queries):
         if self._recovering:
             await asyncio.wait(self._recovering)
         for tally in (self._losses, self._timeouts, self._refusals):
-            tally.report()
+            tally.flush()
         if self._reconnecting is not None:
             self._reconnecting.cancel()
             await asyncio.wait([self._reconnecting])

@@ -119,7 +119,7 @@ async def test_a_pool_the_server_cannot_give_refuses_to_open_and_names_the_numbe
         f" connections exceeds PostgreSQL's max_connections {max_connections} − {reserved} reserved = {available};"
     )
     assert db.size == 0  # what it had opened is closed again
-    fits = Database(database_url, min_size=1, max_total=available)  # the whole of it, shared out: fits
+    fits = Database(database_url, min_size=1, max_total=available, workers=4)  # the whole, shared out: fits
     await fits.open()
     try:
         assert fits.max_size == available // 4

@@ -46,7 +46,7 @@ def server_limits(url: str) -> tuple[int, int]:
 
 def connections_to(url: str, database: str) -> int:
     """Backends connected to ``database`` now (this one's own connection is made to another)."""
-    connection = psycopg2.connect(url)
+    connection = psycopg2.connect(url, dbname="postgres")
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,))
