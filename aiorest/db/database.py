@@ -114,11 +114,14 @@ class Transaction(_Queries):
         self._connection = connection
         self._depth = depth
 
-    async def _execute(self, sql: str, params: Params, prepare: bool = True) -> Any:
+    async def run(self, sql: str, params: Params, prepare: bool = True) -> Any:
+        """Run ``sql`` on this transaction's connection: its cursor (Database's queries inside one come here)."""
         try:
             return await self._connection.execute(sql, params, prepare=prepare)
         except psycopg2.Error as exc:
             raise translate(exc, sql) from exc
+
+    _execute = run
 
     async def execute_script(self, sql: str) -> None:
         """Run SQL text as is: several statements, never prepared, no parameters."""
@@ -212,7 +215,7 @@ class Database(Pool, _Queries):
     async def _execute(self, sql: str, params: Params) -> Any:
         current = _current.get()
         if current is not None:
-            return await current._execute(sql, params)
+            return await current.run(sql, params)
         for attempt in (1, 2):
             connection = await self._acquire(fresh=attempt == 2)
             try:
