@@ -14,6 +14,7 @@ from ..app.application import App
 from ..server.listeners import bind_tcp, bind_unix, inherited_socket, remove_unix_socket, systemd_socket
 from ..server.process.supervisor import run_workers
 from ..server.server import WORKERS_LOG_FORMAT, _one_line, run
+from .options import add_flags, config_from
 
 # Seconds a stopping worker has, past --graceful-timeout, for the app's shutdown before SIGKILL.
 _SHUTDOWN_MARGIN = 10.0
@@ -46,102 +47,13 @@ def _split_spec(spec: str) -> tuple[str, str]:
     return module_name, attribute
 
 
-def _env(name: str, convert: Callable[[str], object]) -> object:
-    """The default of a flag: the environment variable ``name`` converted, or None (unset or empty)."""
-    value = os.environ.get(name)
-    if not value:
-        return None
-    try:
-        return convert(value)
-    except ValueError:
-        raise SystemExit(f"aiorest: {name}={value!r} is not valid") from None
-
-
-def _at_least_one(text: str) -> int:
-    count = int(text)
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {count}")
-    return count
-
-
-def _positive(name: str, default: float) -> float:
-    """The default of a flag of seconds: ``$name`` if set (it must be positive), else ``default``."""
-    value = _env(name, float)
-    if value is None:
-        return default
-    assert isinstance(value, float)
-    if value <= 0:
-        raise SystemExit(f"aiorest: {name}={value!r} must be positive")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aiorest", description="Serve an aiorest App.")
     parser.add_argument("--version", action="version", version=f"aiorest {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="serve an app: aiorest run myapp:app --port 8080")
     run.add_argument("app", help="MODULE:APP, e.g. myapp:app")
-    run.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    run.add_argument("--port", type=int, default=8080, help="port to bind (default 8080)")
-    run.add_argument("--unix", help="serve on this unix socket path instead of TCP")
-    run.add_argument(
-        "--workers",
-        type=_at_least_one,
-        help="worker processes under a parent that reloads them on SIGHUP (default: one process, no parent)",
-    )
-    run.add_argument(
-        "--unix-mode", type=lambda text: int(text, 8), default=0o666, help="unix socket mode (default 666)"
-    )
-    run.add_argument("--backlog", type=int, default=2048, help="listen backlog (default 2048)")
-    run.add_argument("--loop-lag-report", metavar="FILE", help="write event-loop lag percentiles (JSON) at exit")
-    run.add_argument(
-        "--graceful-timeout",
-        type=float,
-        default=_positive("AIOREST_GRACEFUL_TIMEOUT", 30.0),
-        help="seconds to finish requests on SIGTERM (default 30, $AIOREST_GRACEFUL_TIMEOUT)",
-    )
-    run.add_argument(
-        "--log-level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="level of the server's log (default info)",
-    )
-    _add_production_options(run)
-    # the process model: inherited sockets, reloads
-    run.add_argument(
-        "--fd",
-        type=int,
-        default=_env("AIOREST_FD", int),
-        help="serve the listening socket (TCP or unix) inherited as this file descriptor ($AIOREST_FD)",
-    )
-    run.add_argument(
-        "--start-timeout",
-        type=float,
-        default=_positive("AIOREST_START_TIMEOUT", 60.0),
-        help="with --workers: seconds a new worker has to start serving (default 60, $AIOREST_START_TIMEOUT)",
-    )
-    # request ids, trusted proxies, access log
-    run.add_argument(
-        "--forwarded-allow-ips",
-        default=os.environ.get("AIOREST_FORWARDED_ALLOW_IPS"),
-        metavar="LIST",
-        help="proxies whose X-Forwarded-*/Forwarded headers are believed: addresses, CIDR ranges, "
-        "'unix', '*', comma-separated (default $AIOREST_FORWARDED_ALLOW_IPS, else none)",
-    )
-    run.add_argument(
-        "--access-log",
-        nargs="?",
-        const="-",
-        default=os.environ.get("AIOREST_ACCESS_LOG") or None,
-        metavar="FILE",
-        help="write a line per request to FILE, or to stdout if none or '-' (default $AIOREST_ACCESS_LOG, else off)",
-    )
-    run.add_argument(
-        "--access-log-format",
-        choices=["combined", "json"],
-        default=os.environ.get("AIOREST_ACCESS_LOG_FORMAT", "combined"),
-        help="combined (default) or json lines ($AIOREST_ACCESS_LOG_FORMAT)",
-    )
+    add_flags(run)
     migrate = commands.add_parser("migrate", help="apply numbered SQL migrations: aiorest migrate --dir migrations")
     migrate.add_argument("action", nargs="?", choices=["up", "status"], default="up", help="up (default) or status")
     migrate.add_argument(
@@ -155,62 +67,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-# -- admission control, cancellation, health and metrics (docs/deployment.rst) ----------------
+def _prepare_metrics(args: argparse.Namespace) -> None:
+    """Before the app is imported (it may import prometheus_client): check it is there, prepare its directory."""
+    if not args.metrics:
+        return
+    from ..ops.metrics import prepare_multiprocess_dir, prometheus_available
 
-
-def _flag(text: str) -> bool:
-    value = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
-    try:
-        return value[text.strip().lower()]
-    except KeyError:
-        raise ValueError(text) from None
-
-
-def _add_production_options(run: argparse.ArgumentParser) -> None:
-    run.add_argument(
-        "--max-concurrency", type=int, default=_env("AIOREST_MAX_CONCURRENCY", int),
-        help="handlers running at most per worker; past it requests wait, then 503 (default off);"
-        " a request takes its slot once its body is in (up to the body buffer), so slow uploads hold none",
-    )  # fmt: skip
-    run.add_argument(
-        "--max-queue", type=int, default=_env("AIOREST_MAX_QUEUE", int),
-        help="requests waiting at most for a handler slot (default: a quarter of --max-concurrency)",
-    )  # fmt: skip
-    run.add_argument(
-        "--queue-timeout", type=float, default=_env("AIOREST_QUEUE_TIMEOUT", float),
-        help="seconds a request waits for a handler slot before its 503 (default 1)",
-    )  # fmt: skip
-    for name, help_text in (
-        ("cancel-on-disconnect", "cancel a handler whose client has gone (default off)"),
-        ("health", "serve /healthz and /readyz (default off)"),
-        ("metrics", "serve Prometheus metrics at /metrics (default off; needs prometheus_client)"),
-    ):
-        env = "AIOREST_" + name.upper().replace("-", "_")
-        run.add_argument(
-            f"--{name}", action=argparse.BooleanOptionalAction, default=_env(env, _flag) or False, help=help_text
-        )
-
-
-def _production_options(args: argparse.Namespace) -> dict[str, object]:
-    options: dict[str, object] = {
-        "max_concurrency": args.max_concurrency,
-        "max_queue": args.max_queue,
-        "cancel_on_disconnect": args.cancel_on_disconnect,
-        "health": args.health,
-        "metrics": args.metrics,
-    }
-    if args.queue_timeout is not None:
-        options["queue_timeout"] = args.queue_timeout
-    if args.metrics:
-        from ..ops.metrics import prepare_multiprocess_dir, prometheus_available
-
-        if not prometheus_available():
-            raise SystemExit(
-                "aiorest: --metrics needs prometheus_client: pip install '.[metrics]' in aiorest's checkout"
-            )
-        if args.workers is not None:  # before anything imports prometheus_client (the app included)
-            prepare_multiprocess_dir()
-    return options
+    if not prometheus_available():
+        raise SystemExit("aiorest: --metrics needs prometheus_client: pip install '.[metrics]' in aiorest's checkout")
+    if args.workers is not None:  # before anything imports prometheus_client (the app included)
+        prepare_multiprocess_dir()
 
 
 def _on_worker_exit(args: argparse.Namespace) -> Callable[[int], None] | None:
@@ -261,26 +127,14 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _run(args: argparse.Namespace) -> None:
-    options = {
-        "log_level": args.log_level,
-        "backlog": args.backlog,
-        "graceful_timeout": args.graceful_timeout,
-        "loop_lag_report": args.loop_lag_report,
-        "forwarded_allow_ips": args.forwarded_allow_ips,
-        "access_log": args.access_log,
-        "access_log_format": args.access_log_format,
-        **_production_options(args),  # before the app is imported: it prepares the metrics' directory
-    }
+    _prepare_metrics(args)  # before the app is imported
+    config = config_from(args)
     try:
         sock = inherited_socket(args.fd) if args.fd is not None else systemd_socket()
     except ValueError as exc:
         raise SystemExit(f"aiorest: {exc}") from None
     if args.workers is None:
-        app = load_app(args.app)
-        if sock is not None:
-            app.run(sock=sock, **options)
-        else:
-            app.run(host=args.host, port=args.port, unix=args.unix, unix_mode=args.unix_mode, **options)
+        run(load_app(args.app), config, sock=sock)
         return
     # The parent never imports the app: each worker does, so that one started
     # by a reload (SIGHUP) runs the code on disk then.
@@ -309,7 +163,7 @@ def _run(args: argparse.Namespace) -> None:
         except SystemExit as exc:
             failed(str(exc.code).removeprefix("aiorest: "))
             raise SystemExit(1) from None
-        run(app, sock=listener, ready=ready, startup_failed=failed, **options)
+        run(app, config, sock=listener, ready=ready, startup_failed=failed)
 
     try:
         code = run_workers(

@@ -43,6 +43,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from .._support.bursts import BurstLog
 from ..http.datastructures import raw_header
 from ..http.requestid import format_request_id
 
@@ -95,8 +96,14 @@ class AccessLog:
         self.format = format
         self.queue_size = queue_size
         self.dropped = 0
-        self._reported = 0  # drops already reported
-        self._report_at = 0.0
+        self._drops = BurstLog(
+            logger,
+            lambda count, _: (
+                f"access log: {count} records dropped ({self.dropped} in all):"
+                f" the writer cannot keep up with {self.queue_size} waiting"
+            ),
+            every=_REPORT_EVERY,
+        )
         self._line = _json_line if format == "json" else _combined_line
         # On the loop: the records gathered, and how many more may be (see _hand_off).
         self._records: list[tuple[Any, ...]] = []
@@ -163,7 +170,7 @@ class AccessLog:
                 timeout,
                 self._handed - self._written,
             )
-        self._report()
+        self._drops.flush()
 
     # -- on the loop -----------------------------------------------------------------
 
@@ -172,8 +179,7 @@ class AccessLog:
         records = self._records
         if len(records) >= self._room or self._thread is None:
             self.dropped += 1
-            if _monotonic() >= self._report_at:
-                self._report()
+            self._drops.note()
             return
         records.append(
             (
@@ -223,18 +229,6 @@ class AccessLog:
             self._handed += len(records)
             self._chunks.put((chunks, len(records)))
         self._room = self.queue_size - (self._handed - self._written)
-
-    def _report(self) -> None:
-        count = self.dropped - self._reported
-        if count:
-            self._reported = self.dropped
-            logger.warning(
-                "access log: %d records dropped (%d in all): the writer cannot keep up with %d waiting",
-                count,
-                self.dropped,
-                self.queue_size,
-            )
-        self._report_at = _monotonic() + _REPORT_EVERY
 
     # -- in the writer thread ----------------------------------------------------------
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..http.exceptions import HTTPServiceUnavailable
@@ -92,8 +92,19 @@ class Admission:
             return endpoint
         return _Gated(self, endpoint)
 
+    def enter(self) -> Awaitable[None] | None:
+        """Take a slot: None if one is free, else an awaitable that waits in the queue for one (or raises 503).
+
+        Not a coroutine, so that a request that finds a slot free awaits nothing. Each slot taken is
+        given back with :meth:`leave`.
+        """
+        if self.running < self.max_concurrency and not self._waiters:
+            self.running += 1
+            return None
+        return self._wait()
+
     async def _wait(self) -> None:
-        """Wait in the queue for a slot (handed over by ``_release``), or raise 503."""
+        """Wait in the queue for a slot (handed over by ``leave``), or raise 503."""
         waiters = self._waiters
         if len(waiters) >= self.max_queue:
             self._reject(QUEUE_FULL)
@@ -107,7 +118,7 @@ class Admission:
             await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
-                self._release()  # a slot was handed over just before the cancel: pass it on
+                self.leave()  # a slot was handed over just before the cancel: pass it on
             else:
                 self._discard(waiter)
             raise
@@ -139,7 +150,7 @@ class Admission:
             message = f"the server is busy: no handler free within {self.queue_timeout:g} s"
         raise HTTPServiceUnavailable(message, retry_after=self.retry_after)
 
-    def _release(self) -> None:
+    def leave(self) -> None:
         """A handler is done: its slot goes to the oldest waiter, else back to the pool."""
         waiters = self._waiters
         while waiters:
@@ -163,11 +174,10 @@ class _Gated:
         # The body first, holding no slot: a client sending it slowly must not keep others out.
         await request.buffer_body()
         gate = self.gate
-        if gate.running < gate.max_concurrency and not gate._waiters:
-            gate.running += 1
-        else:
-            await gate._wait()  # a slot handed over (running unchanged), or 503
+        waiting = gate.enter()
+        if waiting is not None:
+            await waiting  # a slot handed over (running unchanged), or 503
         try:
             return await self.endpoint(request)
         finally:
-            gate._release()
+            gate.leave()

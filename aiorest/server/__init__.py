@@ -1,10 +1,12 @@
 """The server: listeners, the connection, driving handlers, the process model."""
 
 from ..http.limits import Limits
+from .config import ServerConfig
 from .server import DEFAULT_QUEUE_TIMEOUT, IDLE_GRACE, LOG_FORMAT, WORKERS_LOG_FORMAT, Server, new_event_loop, run
 
 __all__ = [
     "Server",
+    "ServerConfig",
     "Limits",
     "run",
     "new_event_loop",

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import signal
 import socket
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..http.forwarded import TrustedProxies
 from ..http.limits import Limits
@@ -17,6 +18,7 @@ from ..ops.accesslog import AccessLog
 from ..ops.admission import Admission
 from ..ops.health import HealthProbes
 from ..ops.lag import LoopLagMonitor
+from .config import DEFAULT_QUEUE_TIMEOUT, ServerConfig, keyword_parameters
 from .listeners import bind_unix, remove_unix_socket
 from .protocol import HttpProtocol, ServerState
 
@@ -25,12 +27,10 @@ if TYPE_CHECKING:
     from ..ops.metrics import Metrics
     from ..routing.route import Route
 
-__all__ = ["Server", "Limits", "run", "new_event_loop"]
+__all__ = ["Server", "ServerConfig", "Limits", "run", "new_event_loop", "DEFAULT_QUEUE_TIMEOUT"]
 
 logger = logging.getLogger("aiorest.server")
 
-#: seconds a request waits for a handler slot, by default (docs/deployment.rst: sizing)
-DEFAULT_QUEUE_TIMEOUT = 1.0
 _LAG_INTERVAL = 0.05  # the event-loop lag metric's timer
 
 # How long a stopping server keeps its idle kept-alive connections open: a client
@@ -55,80 +55,49 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 class Server:
     """Runs an App's startup, serves it on a socket, and shuts it down gracefully.
 
+    Its options are a :class:`~aiorest.server.ServerConfig`: give ``config=``, or its
+    fields as keywords (which replace those of ``config`` when both are given).
     Give ``host`` and ``port`` (port 0 picks a free one; read ``port`` after
     ``start``), or ``unix`` (a socket path, created with ``unix_mode``), or an
     already bound ``sock`` (which ``url`` then describes, and which the server
     closes at ``stop``; it may be shared with other processes, see :ref:`workers`).
-
-    Production options (docs/deployment.rst): ``max_concurrency`` handlers at most
-    running at a time, ``max_queue`` more waiting (default a quarter of it) up to
-    ``queue_timeout`` seconds, the others answered 503 (:class:`~aiorest.ops.admission.Admission`);
-    ``cancel_on_disconnect`` cancels a handler whose client has gone; ``health``
-    serves ``/healthz`` and ``/readyz``; ``metrics`` serves Prometheus metrics at
-    ``/metrics`` (needs ``prometheus_client``).
-
-    ``forwarded_allow_ips``: the proxies whose forwarding headers are believed
-    (addresses, CIDR ranges, ``unix``, ``*``; a list or a comma-separated string;
-    default none). ``access_log``: where to write a line per request (a path, or
-    ``-`` for stdout; default none), in ``access_log_format`` (``combined`` or ``json``).
-    See docs/deployment.rst.
+    The production options are in docs/deployment.rst.
     """
 
-    def __init__(
-        self,
-        app: App,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 8080,
-        unix: str | None = None,
-        unix_mode: int = 0o666,
-        sock: socket.socket | None = None,
-        backlog: int = 2048,
-        limits: Limits | None = None,
-        server_header: str | None = "aiorest",
-        reuse_port: bool = False,
-        graceful_timeout: float = 30.0,
-        loop_lag_report: str | None = None,
-        # admission control, cancellation, health and metrics (docs/deployment.rst)
-        max_concurrency: int | None = None,
-        max_queue: int | None = None,
-        queue_timeout: float = DEFAULT_QUEUE_TIMEOUT,
-        cancel_on_disconnect: bool = False,
-        health: bool = False,
-        metrics: bool = False,
-        # request ids, trusted proxies, access log
-        forwarded_allow_ips: str | list[str] | None = None,
-        access_log: str | None = None,
-        access_log_format: str = "combined",
-    ) -> None:
+    def __init__(self, app: App, config: ServerConfig | None = None, **options: Any) -> None:
+        self.config = config = ServerConfig.of(config, options, what="Server()")
         self.app = app
-        self.graceful_timeout = graceful_timeout
-        self.loop_lag_report = loop_lag_report
-        self._lag = LoopLagMonitor() if loop_lag_report else None
-        self.host = host
-        self.port = port
-        self.unix = unix
-        self.unix_mode = unix_mode
-        self.backlog = backlog
-        self.reuse_port = reuse_port
-        self.limits = limits or app.limits or Limits()
-        self._sock = sock
+        # Before the app's startup: a Database shares its max_total out between the workers.
+        app.state.worker_processes = config.workers
+        self.graceful_timeout = config.graceful_timeout
+        self.loop_lag_report = config.loop_lag_report
+        self._lag = LoopLagMonitor() if config.loop_lag_report else None
+        self.host = config.host
+        self.port = config.port
+        self.unix = config.unix
+        self.unix_mode = config.unix_mode
+        self.backlog = config.backlog
+        self.reuse_port = config.reuse_port
+        self.limits = config.limits or app.limits or Limits()
+        self._sock = sock = config.sock
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             self.host, self.port = sock.getsockname()[:2]
         self._sock_path = sock.getsockname() if sock is not None and sock.family == socket.AF_UNIX else None
         self._unix_bound: os.stat_result | None = None  # the socket file start() made, removed at stop()
-        self._state = ServerState(server_header)
+        self._state = ServerState(config.server_header)
         self._server: asyncio.Server | None = None
         self._factory: Callable[[], HttpProtocol] | None = None
         self._started = False
         # admission control, cancellation, health and metrics
         self.admission = (
-            Admission(max_concurrency, max_queue=max_queue, queue_timeout=queue_timeout) if max_concurrency else None
+            Admission(config.max_concurrency, max_queue=config.max_queue, queue_timeout=config.queue_timeout)
+            if config.max_concurrency
+            else None
         )
-        self._state.cancel_on_disconnect = cancel_on_disconnect
-        self.health = HealthProbes(lambda: self._state.draining, app.database) if health else None
+        self._state.cancel_on_disconnect = config.cancel_on_disconnect
+        self.health = HealthProbes(lambda: self._state.draining, app.database) if config.health else None
         self.metrics: Metrics | None = None
-        if metrics:
+        if config.metrics:
             from ..ops.metrics import Metrics  # imports prometheus_client: only when asked for
 
             self.metrics = Metrics(app, self.admission, app.database)
@@ -136,9 +105,9 @@ class Server:
                 self._lag = LoopLagMonitor(interval=_LAG_INTERVAL, max_samples=1)
             self._lag.on_sample = self.metrics.observe_lag
         # request ids, trusted proxies, access log
-        proxies = TrustedProxies(forwarded_allow_ips or [])
+        proxies = TrustedProxies(config.forwarded_allow_ips or [])
         self._state.proxies = proxies or None
-        self.access_log = AccessLog(access_log, access_log_format) if access_log else None
+        self.access_log = AccessLog(config.access_log, config.access_log_format) if config.access_log else None
         self._state.access_log = self.access_log
 
     @property
@@ -330,66 +299,24 @@ class Server:
 
 def run(
     app: App,
+    config: ServerConfig | None = None,
     *,
-    host: str = "127.0.0.1",
-    port: int = 8080,
-    unix: str | None = None,
-    limits: Limits | None = None,
-    log_level: str = "info",
-    server_header: str | None = "aiorest",
-    reuse_port: bool = False,
-    unix_mode: int = 0o666,
-    backlog: int = 2048,
-    graceful_timeout: float = 30.0,
-    loop_lag_report: str | None = None,
     ready: Callable[[], object] | None = None,
-    # admission control, cancellation, health and metrics (docs/deployment.rst)
-    max_concurrency: int | None = None,
-    max_queue: int | None = None,
-    queue_timeout: float = DEFAULT_QUEUE_TIMEOUT,
-    cancel_on_disconnect: bool = False,
-    health: bool = False,
-    metrics: bool = False,
-    # the process model (aiorest.workers)
-    sock: socket.socket | None = None,
     startup_failed: Callable[[str], object] | None = None,
-    # request ids, trusted proxies, access log
-    forwarded_allow_ips: str | list[str] | None = None,
-    access_log: str | None = None,
-    access_log_format: str = "combined",
+    **options: Any,
 ) -> None:
     """Serve ``app`` until SIGINT or SIGTERM, on uvloop when it is installed.
 
-    The options are those of :class:`Server`; ``log_level`` configures logging;
+    The options are a :class:`~aiorest.server.ServerConfig`, given as ``config=`` or
+    as keywords, as for :class:`Server`; its ``log_level`` configures logging.
     ``ready`` is called once the server listens. A startup that fails is undone,
     logged in one line (its traceback at debug level), and ends the process:
     ``SystemExit(1)``; given ``startup_failed``, that line is passed to it
     instead of being logged (a worker hands it to its parent this way).
     """
-    logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
-    server = Server(
-        app,
-        host=host,
-        port=port,
-        unix=unix,
-        unix_mode=unix_mode,
-        backlog=backlog,
-        limits=limits,
-        server_header=server_header,
-        reuse_port=reuse_port,
-        graceful_timeout=graceful_timeout,
-        loop_lag_report=loop_lag_report,
-        max_concurrency=max_concurrency,
-        max_queue=max_queue,
-        queue_timeout=queue_timeout,
-        cancel_on_disconnect=cancel_on_disconnect,
-        health=health,
-        metrics=metrics,
-        sock=sock,
-        forwarded_allow_ips=forwarded_allow_ips,
-        access_log=access_log,
-        access_log_format=access_log_format,
-    )
+    config = ServerConfig.of(config, options, what="run()")
+    logging.basicConfig(level=config.log_level.upper(), format=LOG_FORMAT)
+    server = Server(app, config)
     listening = False
 
     def serving() -> None:
@@ -411,6 +338,19 @@ def run(
                 logger.error("startup failed: %s", _one_line(exc))
             logger.debug("the startup failure's traceback", exc_info=exc)
     raise SystemExit(1)
+
+
+def _with_keywords(function: Callable[..., object], *, after: str) -> None:
+    """Give ``function`` a signature that lists ServerConfig's fields as keywords, after the parameter ``after``."""
+    signature = inspect.signature(function)
+    parameters = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    at = [p.name for p in parameters].index(after) + 1
+    keywords = [p for p in keyword_parameters() if p.name not in signature.parameters]
+    function.__signature__ = signature.replace(parameters=[*parameters[:at], *keywords, *parameters[at:]])  # type: ignore[attr-defined]
+
+
+_with_keywords(Server.__init__, after="config")
+_with_keywords(run, after="config")
 
 
 def _one_line(exc: BaseException) -> str:

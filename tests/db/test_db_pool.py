@@ -12,6 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg2
 import pytest
 
+from aiorest import App, Server
 from aiorest.db import Database, DatabaseUnavailable, PoolTimeout
 
 
@@ -52,17 +53,36 @@ def db_lines(caplog: pytest.LogCaptureFixture, start: str) -> list[str]:
 # -- sizing across workers --------------------------------------------------------------
 
 
-async def test_max_total_is_shared_out_between_the_workers_when_the_pool_opens(database_url, monkeypatch):
-    monkeypatch.delenv("AIOREST_WORKERS", raising=False)
+async def test_max_total_is_shared_out_between_the_server_s_workers_when_the_pool_opens(database_url):
+    app = App()
     db = Database(database_url, min_size=4, max_total=10)  # made before the workers are known, as an app is
+    db.setup(app)
     assert (db.max_size, db.min_size) == (10, 4)
-    monkeypatch.setenv("AIOREST_WORKERS", "4")
-    await db.open()
+    server = Server(app, port=0, workers=4)  # what each of `aiorest run --workers 4`'s workers makes
+    await server.start()
     try:
         assert (db.workers, db.max_size, db.min_size) == (4, 2, 2)  # 10 // 4; min_size capped to the share
         assert db.size == 2
     finally:
-        await db.close()
+        await server.stop()
+
+
+async def test_a_database_given_its_workers_keeps_them_and_alone_it_has_one(database_url):
+    app = App()
+    db = Database(database_url, min_size=1, max_total=10, workers=2)
+    db.setup(app)
+    server = Server(app, port=0, workers=4)
+    await server.start()
+    try:
+        assert (db.workers, db.max_size) == (2, 5)
+    finally:
+        await server.stop()
+    alone = Database(database_url, min_size=1, max_total=10)
+    await alone.open()
+    try:
+        assert (alone.workers, alone.max_size) == (1, 10)
+    finally:
+        await alone.close()
 
 
 @pytest.mark.parametrize(
@@ -80,29 +100,26 @@ def test_contradictory_sizes_and_settings_are_refused(options: dict[str, Any], e
         Database("postgresql://unused", **options)
 
 
-async def test_a_total_smaller_than_the_workers_or_a_bad_worker_count_refuses_to_open(database_url, monkeypatch):
-    monkeypatch.setenv("AIOREST_WORKERS", "4")
+async def test_a_total_smaller_than_the_workers_or_a_bad_worker_count_is_refused(database_url):
     with pytest.raises(RuntimeError, match="max_total 3 cannot be shared between 4 workers"):
-        await Database(database_url, max_total=3).open()
-    monkeypatch.setenv("AIOREST_WORKERS", "four")
-    with pytest.raises(RuntimeError, match="AIOREST_WORKERS must be a number of worker processes"):
-        await Database(database_url).open()
+        await Database(database_url, max_total=3, workers=4).open()
+    with pytest.raises(ValueError, match="workers must be at least 1, got 0"):
+        Database(database_url, workers=0)
 
 
-async def test_a_pool_the_server_cannot_give_refuses_to_open_and_names_the_numbers(database_url, monkeypatch):
+async def test_a_pool_the_server_cannot_give_refuses_to_open_and_names_the_numbers(database_url):
     max_connections, reserved = await asyncio.to_thread(server_limits, database_url)
     available = max_connections - reserved
     per_worker = available // 4 + 1  # 4 workers of this just do not fit
-    monkeypatch.setenv("AIOREST_WORKERS", "4")
-    db = Database(database_url, min_size=1, max_size=per_worker)
+    db = Database(database_url, min_size=1, max_size=per_worker, workers=4)
     with pytest.raises(RuntimeError) as refused:
         await db.open()
     assert str(refused.value).startswith(
-        f"database pool too large: pool max {per_worker} × 4 workers (AIOREST_WORKERS) = {per_worker * 4}"
+        f"database pool too large: pool max {per_worker} × 4 workers = {per_worker * 4}"
         f" connections exceeds PostgreSQL's max_connections {max_connections} − {reserved} reserved = {available};"
     )
     assert db.size == 0  # what it had opened is closed again
-    fits = Database(database_url, min_size=1, max_total=available)  # the whole of it, shared out: fits
+    fits = Database(database_url, min_size=1, max_total=available, workers=4)  # the whole, shared out: fits
     await fits.open()
     try:
         assert fits.max_size == available // 4
@@ -116,8 +133,7 @@ async def test_a_pool_the_server_cannot_give_refuses_to_open_and_names_the_numbe
 # -- why requests got 503 -----------------------------------------------------------------
 
 
-async def test_an_exhausted_pool_says_so_once_per_burst(database_url, caplog, monkeypatch):
-    monkeypatch.setenv("AIOREST_WORKERS", "1")
+async def test_an_exhausted_pool_says_so_once_per_burst(database_url, caplog):
     db = Database(database_url, min_size=1, max_size=1, acquire_timeout=0.05)
     await db.open()
     try:

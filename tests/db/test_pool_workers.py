@@ -46,7 +46,7 @@ def server_limits(url: str) -> tuple[int, int]:
 
 def connections_to(url: str, database: str) -> int:
     """Backends connected to ``database`` now (this one's own connection is made to another)."""
-    connection = psycopg2.connect(url)
+    connection = psycopg2.connect(url, dbname="postgres")
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,))
@@ -125,7 +125,7 @@ def test_a_pool_too_large_for_the_server_refuses_to_start_and_says_why(database_
     assert process.returncode == 1
     text = log.read_text()
     line = (
-        f"pool max {total // 4} × 4 workers (AIOREST_WORKERS) = {total} connections exceeds PostgreSQL's"
+        f"pool max {total // 4} × 4 workers = {total} connections exceeds PostgreSQL's"
         f" max_connections {max_connections} − {reserved} reserved = {available}; set Database(max_total=...)"
     )
     assert line in text, text

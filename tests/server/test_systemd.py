@@ -62,7 +62,7 @@ def test_socket_activation_serves_the_socket_systemd_passed(tmp_path, kind, work
             assert {answer["listen_fds"] for answer in answers} == {None}
             if workers:
                 assert {answer["pid"] for answer in answers} <= server.worker_pids()
-                assert {answer["workers"] for answer in answers} == {"2"}
+                assert {answer["workers"] for answer in answers} == {2}
             else:
                 assert {answer["pid"] for answer in answers} == {server.pid}
             assert server.stop() == 0

@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..._support.bursts import BurstLog
 from ...http.cookies import SameSite, format_set_cookie
 from ...http.exceptions import HTTPServiceUnavailable
 from .session import Session
@@ -314,29 +315,19 @@ class RedisStore(SessionStore):
             raise _store_unavailable(exc) from None
 
 
-class _BurstWarning:
-    """A store that is down warns once every ``every`` seconds, with a count, not once a request."""
-
-    def __init__(self, every: float = 10.0) -> None:
-        self.every = every
-        self.at = -every
-        self.since = 0
-
-    def __call__(self, exc: BaseException) -> None:
-        now = time.monotonic()
-        if now - self.at < self.every:
-            self.since += 1
-            return
-        more = f" ({self.since} more requests since the last warning)" if self.since else ""
-        logger.warning("session store unavailable: %s: %s%s", type(exc).__name__, exc, more)
-        self.at, self.since = now, 0
-
-
-_warn_unavailable = _BurstWarning()
+# A store that is down warns once every 10 seconds, with a count, not once a request.
+_warn_unavailable = BurstLog(
+    logger,
+    lambda count, reason: (
+        f"session store unavailable: {reason}"
+        + (f" ({count - 1} more requests since the last warning)" if count > 1 else "")
+    ),
+    every=10.0,
+)
 
 
 def _store_unavailable(exc: BaseException) -> HTTPServiceUnavailable:
-    _warn_unavailable(exc)
+    _warn_unavailable.note(f"{type(exc).__name__}: {exc}")
     return HTTPServiceUnavailable("the session store is unavailable", retry_after=1)
 
 

@@ -24,7 +24,8 @@ The parent:
   later) and exits with 0.
 
 Each worker reports through a pipe: ``R`` once it serves, or ``F`` and the
-reason it could not start. Workers have ``AIOREST_WORKERS`` set to the count.
+reason it could not start. How many they are reaches each worker's server
+through its configuration (``ServerConfig.workers``, which ``serve`` passes on).
 """
 
 from __future__ import annotations
@@ -220,7 +221,7 @@ class _Supervisor:
         if pid == 0:
             os.close(report_read)
             fds = (*self.wake, *(w.pipe for w in self.workers.values() if w.pipe is not None))
-            be_worker(self.serve, report_write, mask, fds, self.selector, self.count, self.parent)  # never returns
+            be_worker(self.serve, report_write, mask, fds, self.selector, self.parent)  # never returns
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(report_write)
         os.set_blocking(report_read, False)

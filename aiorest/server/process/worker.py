@@ -27,7 +27,6 @@ def be_worker(
     mask: set[int | signal.Signals],
     inherited: Iterable[int],
     selector: selectors.BaseSelector,
-    count: int,
     parent: int,
 ) -> NoReturn:
     """In the forked worker (its signals blocked): forget the parent's state, then serve."""
@@ -39,7 +38,6 @@ def be_worker(
     for fd in inherited:
         os.close(fd)
     selector.close()
-    os.environ["AIOREST_WORKERS"] = str(count)
     stop_with_parent(parent)
 
     def ready() -> None:

@@ -1,0 +1,1 @@
+"""Machinery every layer may use and users never import."""
