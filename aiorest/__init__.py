@@ -8,8 +8,8 @@ from .app import App, ExceptionHandler, Hook, Lifespan, Middleware
 from .compression import Compression, Decompression
 from .cors import CORS
 from .exceptions import *  # noqa: F403
-from .exceptions import __all__ as _exceptions_all
 from .http.datastructures import Headers, MultiDict, State
+from .http.exceptions import __all__ as _exceptions_all
 from .http.limits import Limits
 from .http.request import Request
 from .http.requestid import request_id

@@ -173,7 +173,7 @@ class _Connection:
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._ticks = 0  # _POLL_EVERY periods the statement in flight has run
-        self._prepared: dict[str, str] = {}
+        self._prepared: dict[str | tuple[str, str], str] = {}  # text, or (text, its integer types)
         self._timed_out = False
         self._cancelling: asyncio.Future[None] | None = None  # a cancel request sent at the timeout
         self.broken = False

@@ -6,17 +6,23 @@ where the problem is (``header.content-type``, ``body``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .exceptions import HTTPBadRequest, HTTPUnsupportedMediaType
-
-if TYPE_CHECKING:
-    from .request import Request
 
 __all__ = ["read_json_body", "bad_body"]
 
 
-async def read_json_body(request: Request, required: bool, strict_content_type: bool, locate: bool) -> bytes:
+class _Body(Protocol):
+    """What the checks read of a request (a :class:`~aiorest.Request`): no import of request.py, which calls them."""
+
+    @property
+    def content_type(self) -> str: ...
+
+    async def read(self) -> bytes: ...
+
+
+async def read_json_body(request: _Body, required: bool, strict_content_type: bool, locate: bool) -> bytes:
     """The body of ``request`` once its type says JSON (see ``Request.json_body``)."""
     content_type = request.content_type
     json = content_type == "application/json" or content_type.endswith("+json")
@@ -31,7 +37,7 @@ async def read_json_body(request: Request, required: bool, strict_content_type: 
     return await _non_empty(request, required, locate)
 
 
-async def _non_empty(request: Request, required: bool, locate: bool) -> bytes:
+async def _non_empty(request: _Body, required: bool, locate: bool) -> bytes:
     body = await request.read()
     if not body and required:
         raise bad_body("request body is empty; expected JSON", locate=locate)

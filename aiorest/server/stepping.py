@@ -30,7 +30,7 @@ import logging
 import os
 import types
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, cast
 
 try:  # CPython 3.11-3.14 have them; another implementation or version may not
     from asyncio.tasks import _enter_task, _leave_task
@@ -66,7 +66,9 @@ def inline_works() -> bool:
     # A loop of its own, not running: a running one (the caller's, perhaps) has its current Task already.
     loop = asyncio.new_event_loop()
     try:
-        dummy = loop.create_future()  # stands for the connection's Task: a Task would need the loop to run
+        # Stands for the connection's Task (a Task would need the loop to run); typed as
+        # one, as the functions declare: they only store and compare it.
+        dummy = cast("asyncio.Task[Any]", loop.create_future())
         if asyncio.current_task(loop) is not None:
             return False
         _enter_task(loop, dummy)

@@ -12,7 +12,9 @@ try:
 except ImportError:  # an optional dependency: require_msgspec says so when it is needed
     msgspec = None  # type: ignore[assignment]
 
-__all__ = ["hinted", "strip_annotated", "union_args", "require_msgspec"]
+__all__ = ["hinted", "strip_annotated", "union_args", "sequence_item", "require_msgspec"]
+
+_SEQUENCES = frozenset({list, tuple, set, frozenset})
 
 
 def require_msgspec(needs: str, extra: str, error: type[Exception] = RuntimeError) -> None:
@@ -40,3 +42,19 @@ def union_args(tp: Any) -> tuple[Any, ...] | None:
     if get_origin(tp) in (Union, types.UnionType):
         return get_args(tp)
     return None
+
+
+def sequence_item(tp: Any) -> Any | None:
+    """The item type of ``list[X]`` (also tuple[X, ...], set, frozenset), maybe Optional."""
+    tp = strip_annotated(tp)
+    args = union_args(tp)
+    if args is not None:
+        others = [arg for arg in args if arg is not type(None)]
+        return sequence_item(others[0]) if len(others) == 1 else None
+    origin = get_origin(tp)
+    if origin not in _SEQUENCES:
+        return None
+    items = get_args(tp)
+    if origin is tuple:
+        return items[0] if len(items) == 2 and items[1] is Ellipsis else None
+    return items[0] if items else None

@@ -17,7 +17,8 @@ from ..http.exceptions import HTTPUnprocessableEntity
 from ..http.jsonbody import bad_body
 from ..http.request import Request
 from ..http.response import Response, to_response
-from .declare import VALIDATION_MESSAGE, HandlerSignature, Parameter, _sequence_item, _strip
+from .annotations import sequence_item, strip_annotated
+from .declare import VALIDATION_MESSAGE, HandlerSignature, Parameter
 
 try:
     import msgspec
@@ -33,7 +34,7 @@ _JSON = "application/json"
 
 
 def _spec(param: Parameter, prefix: str) -> _Spec:
-    many = _sequence_item(param.annotation) is not None
+    many = sequence_item(param.annotation) is not None
     tp = param.annotation
     if tp is str or (many and tp in (list[str],)):
         tp = None  # the text itself: nothing to convert or check
@@ -96,7 +97,7 @@ class TypedEndpoint:
                 self._decoder = msgspec.json.Decoder(param.annotation)
             elif param.fields:
                 specs = tuple(_spec(field, "query.") for field in param.fields)
-                gathered.append((param.name, _strip(param.annotation), specs, param.required))
+                gathered.append((param.name, strip_annotated(param.annotation), specs, param.required))
             else:
                 {"query": query, "header": headers, "cookie": cookies}[param.source].append(
                     _spec(param, f"{param.source}.")

@@ -36,6 +36,7 @@ from ..routing.convertors import Convertor, python_type
 from ..routing.route import describe
 from .annotations import hinted as _hinted
 from .annotations import require_msgspec
+from .annotations import sequence_item as _sequence_item
 from .annotations import strip_annotated as _strip
 from .annotations import union_args as _union_args
 
@@ -151,7 +152,6 @@ class HandlerSignature:
 _SCALARS = frozenset(
     {str, int, float, bool, uuid.UUID, decimal.Decimal, datetime.datetime, datetime.date, datetime.time}
 )
-_SEQUENCES = frozenset({list, tuple, set, frozenset})
 _NO_HEADERS: Mapping[str, str] = types.MappingProxyType({})
 
 
@@ -341,22 +341,6 @@ def _is_scalar(tp: Any) -> bool:
     if get_origin(tp) is Literal:
         return True
     return tp in _SCALARS or (isinstance(tp, type) and issubclass(tp, enum.Enum))
-
-
-def _sequence_item(tp: Any) -> Any | None:
-    """The item type of ``list[X]`` (also tuple[X, ...], set, frozenset), maybe Optional."""
-    tp = _strip(tp)
-    args = _union_args(tp)
-    if args is not None:
-        others = [arg for arg in args if arg is not type(None)]
-        return _sequence_item(others[0]) if len(others) == 1 else None
-    origin = get_origin(tp)
-    if origin not in _SEQUENCES:
-        return None
-    items = get_args(tp)
-    if origin is tuple:
-        return items[0] if len(items) == 2 and items[1] is Ellipsis else None
-    return items[0] if items else None
 
 
 def _check_scalar(what: str, hint: Any, many_allowed: bool) -> None:

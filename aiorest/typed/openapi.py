@@ -83,7 +83,8 @@ def build_openapi(
     ``middleware``), as in ``build_openapi(app, title=..., version=...)``.
     """
     if not isinstance(router, RouteTable):
-        router, middleware = router.router, [*router.middleware, *middleware]
+        app = router
+        router, middleware = app.router, [*app.middleware, *middleware]
     require_msgspec(_NEEDS_MSGSPEC, "openapi")
     routes = [route for route in router.routes() if not isinstance(route.handler, _Served)]
     types = _Types()
