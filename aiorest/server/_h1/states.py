@@ -1,0 +1,77 @@
+"""The connection's two sides as states, and their transitions as a table (as h11 keeps them).
+
+The receiving side reads requests; the sending side answers them, one at a
+time, in arrival order. Each side moves only along an edge of its table:
+``RECV[(state, event)]`` and ``SEND[(state, event)]`` give the next state, and a
+pair that is not in the table is a bug of ours (a KeyError), never a silent move.
+
+    recv  HEAD   --body-->      BODY     a head with Content-Length or chunked framing
+          HEAD   --no_body-->   HEAD     the common request, complete with its head
+          BODY   --complete-->  HEAD     the body's last byte: the next head may come
+          HEAD|BODY --stop-->   STOPPED  broken bytes, a limit, an upgrade, a body timeout,
+                                         the client's EOF: read nothing more
+          any    --lost-->      CLOSED   the transport is gone
+
+    send  IDLE      --next-->      ANSWERING  the queue's head is being answered
+          ANSWERING --kept-->      IDLE       answered; the connection stays open
+          ANSWERING --closed-->    CLOSED     answered with Connection: close
+          IDLE|ANSWERING --closing--> CLOSING  close once the queue is answered (EOF, shutdown, recv STOPPED)
+          CLOSING   --next-->      CLOSING    ... it is still answered in order
+          CLOSING   --kept|closed--> CLOSED when the queue is empty, else CLOSING (see H1Connection.finish)
+          any       --lost-->      CLOSED
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ...http.exceptions import HTTPError
+
+__all__ = ["HEAD", "BODY", "STOPPED", "CLOSED", "IDLE", "ANSWERING", "CLOSING", "RECV", "SEND", "Timeout"]
+
+# States are strings: they read well in a test's failure and compare by identity.
+HEAD = "HEAD"
+BODY = "BODY"
+STOPPED = "STOPPED"
+CLOSED = "CLOSED"
+IDLE = "IDLE"
+ANSWERING = "ANSWERING"
+CLOSING = "CLOSING"
+
+RECV: dict[tuple[str, str], str] = {
+    (HEAD, "no_body"): HEAD,
+    (HEAD, "body"): BODY,
+    (BODY, "complete"): HEAD,
+    (HEAD, "stop"): STOPPED,
+    (BODY, "stop"): STOPPED,
+    (STOPPED, "stop"): STOPPED,
+    (HEAD, "lost"): CLOSED,
+    (BODY, "lost"): CLOSED,
+    (STOPPED, "lost"): CLOSED,
+    (CLOSED, "lost"): CLOSED,
+}
+
+SEND: dict[tuple[str, str], str] = {
+    (IDLE, "next"): ANSWERING,
+    (ANSWERING, "kept"): IDLE,
+    (ANSWERING, "closed"): CLOSED,
+    (IDLE, "closing"): CLOSING,
+    (ANSWERING, "closing"): CLOSING,
+    (CLOSING, "closing"): CLOSING,
+    (CLOSING, "next"): CLOSING,
+    (CLOSING, "kept"): CLOSING,
+    (CLOSING, "closed"): CLOSED,
+    (CLOSING, "drained"): CLOSED,
+    (IDLE, "lost"): CLOSED,
+    (ANSWERING, "lost"): CLOSED,
+    (CLOSING, "lost"): CLOSED,
+    (CLOSED, "lost"): CLOSED,
+    (CLOSED, "closing"): CLOSED,
+}
+
+
+class Timeout(NamedTuple):
+    """check_deadline's answer when a head did not arrive in time: write ``error``, then close."""
+
+    error: HTTPError
+    head_request: bool  # the head under way is a HEAD's: the answer has no body
