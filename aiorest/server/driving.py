@@ -102,17 +102,20 @@ class HandlerDriver:
         def _close(self) -> None: ...
         def _finish(self, request: Request) -> None: ...
         def _resume_reading(self) -> None: ...
+        def _pause_reading(self) -> None: ...
         async def drain(self) -> None: ...
 
     def _process(self) -> None:
         """Answer queued requests in order while none is in progress."""
         queue = self._queue
         conn = self._conn
+        if not conn.want_read and not self._reading_paused:
+            self._pause_reading()  # the connection's flow decision: a full pipeline or body buffer
         # While the client does not read, answer nothing more: responses would
         # pile up in the transport's buffer without bound.
         # The loop's test is also how it ends, usually on an empty queue: that first.
         while queue and self._current is None and not self._closed and not self._writing_paused:
-            request = self._current = conn.next_request()
+            request = self._current = queue[0]
             # Its id: the one a trusted proxy sent, if it is a good one, else a new number
             # (formatted only where it is shown: see requestid.py).
             request._id = (self.trusted_proxies is not None and valid_request_id(request._raw_headers)) or next(

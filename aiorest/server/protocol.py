@@ -41,8 +41,6 @@ from .writing import write_error
 
 __all__ = ["HttpProtocol", "ServerState"]  # ServerState is re-exported for the server
 
-_FEED_SLICE = 16 * 1024  # bytes parsed at a time, so a paused connection stops promptly
-
 
 class HttpProtocol(HandlerDriver, asyncio.Protocol):
     """One client connection: its H1Connection (the protocol state), driving handlers (driving.py), the transport."""
@@ -62,7 +60,7 @@ class HttpProtocol(HandlerDriver, asyncio.Protocol):
         "transport",
         "peername",
         "_current",
-        "_pending_data",
+        "data_received",
         "_closed",
         "_reading_paused",
         "_writing_paused",
@@ -85,12 +83,14 @@ class HttpProtocol(HandlerDriver, asyncio.Protocol):
         self.trusted_proxies = None  # the server's, if the peer is one of them: see connection_made
         self._limits = limits
         self._loop = loop
-        self._conn = H1Connection(app, limits, state, self)
+        self._conn = H1Connection(app, limits, state, self, self._process)
+        # asyncio hands each read to the connection itself, which calls _process once it is parsed:
+        # one Python call a read fewer than a method here that passes it on.
+        self.data_received = self._conn.receive_data
         self._queue = self._conn.queue  # the connection's, kept here: one lookup fewer a request
         self.transport: asyncio.Transport | None = None
         self.peername: Any = None
         self._current: Request | None = None  # the request being answered: the queue's first
-        self._pending_data: memoryview | None = None  # the rest of a read, while reading is paused
         self._closed = False
         # flow control
         self._reading_paused = False
@@ -154,16 +154,6 @@ class HttpProtocol(HandlerDriver, asyncio.Protocol):
         if runner is not None and not runner.done():
             runner.cancel()  # _serve throws it into the handler; the requests queued behind are dropped
 
-    def data_received(self, data: bytes) -> None:
-        conn = self._conn
-        if len(data) > _FEED_SLICE:
-            self._feed_slices(memoryview(data))
-        else:
-            conn.receive_data(data)
-        if not conn.want_read and not self._reading_paused:
-            self._pause_reading()
-        self._process()
-
     def pause_writing(self) -> None:
         self._writing_paused = True
 
@@ -186,15 +176,6 @@ class HttpProtocol(HandlerDriver, asyncio.Protocol):
 
     # -- reading: slices, flow control -----------------------------------------------
 
-    def _feed_slices(self, data: memoryview) -> None:
-        conn = self._conn
-        for start in range(0, len(data), _FEED_SLICE):
-            if not conn.want_read:
-                if not conn.stopped:
-                    self._pending_data = data[start:]
-                return
-            conn.receive_data(data[start : start + _FEED_SLICE])
-
     def _pause_reading(self) -> None:
         if not self._reading_paused and self.transport is not None and not self._closed:
             self._reading_paused = True
@@ -203,7 +184,7 @@ class HttpProtocol(HandlerDriver, asyncio.Protocol):
     def _resume_reading(self) -> None:
         """The connection wants to read again (``want_read``): after the rest of the last read, if any."""
         self._reading_paused = False
-        if self._pending_data is not None:
+        if self._conn.has_unparsed():
             # Parse what is left of the last read before reading more; not
             # from here, which may be inside a handler reading its body.
             self._loop.call_soon(self._feed_pending, context=self._context)
@@ -212,18 +193,13 @@ class HttpProtocol(HandlerDriver, asyncio.Protocol):
             self.transport.resume_reading()
 
     def _feed_pending(self) -> None:
-        data, self._pending_data = self._pending_data, None
-        if data is None or self._closed or self._conn.stopped:
+        if self._closed:
             return
-        self._feed_slices(data)
-        if self._conn.want_read:
-            if self._pending_data is None and self.transport is not None:
-                self.transport.resume_reading()
-        else:
-            self._pause_reading()
+        conn = self._conn
+        conn.receive_unparsed()
+        if conn.want_read and not conn.has_unparsed() and self.transport is not None:
+            self.transport.resume_reading()
         self._process()
-
-    # -- the queue: finishing a request, keep-alive ----------------------------------------
 
     async def drain(self) -> None:
         """Wait until the transport's write buffer is below its high-water mark."""

@@ -28,6 +28,7 @@ import ipaddress
 import logging
 import re
 from collections import deque
+from collections.abc import Callable
 from typing import Protocol
 from urllib.parse import unquote
 
@@ -59,11 +60,13 @@ _KEEP_ALIVE_LINE = "Connection: keep-alive\r\n"  # for an HTTP/1.0 client that a
 
 _METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")}
 _FRAMING_SIZES = frozenset({len(b"content-length"), len(b"connection"), len(b"expect"), len(b"transfer-encoding")})
+_FEED_SLICE = 16 * 1024  # bytes parsed at a time, so that a connection told to stop reading stops promptly
 _PERCENT = ord("%")  # `int in bytes` tests one byte; `bytes in bytes` first tries an int, at a cost
 _new_object = object.__new__
 
 # The send side's table, one event at a time: a dict keyed by a str is one lookup, no tuple.
-_ON_NEXT = {state: new for (state, event), new in SEND.items() if event == "next"}
+_ON_REQUEST = {state: new for (state, event), new in SEND.items() if event == "request"}
+_ON_KEPT = {state: new for (state, event), new in SEND.items() if event == "kept"}
 
 # RFC 9112, 3.2: one Host line, whose value is RFC 9110's  Host = uri-host [ ":" port ],  from RFC 3986, 3.2.2:
 #   host       = IP-literal / IPv4address / reg-name     (an IPv4address is also a reg-name)
@@ -77,6 +80,10 @@ _HOST = re.compile(
     rb"(?:(?:[%s]|%%[0-9A-Fa-f]{2})*|\[(?:([0-9A-Fa-f:.]+)|v[0-9A-Fa-f]+\.[%s:]+)\])(?::[0-9]*)?[ \t]*"
     % (_REG_CHARS, _REG_CHARS)
 )
+
+
+def _nothing() -> None:
+    pass
 
 
 class Clock(Protocol):
@@ -101,47 +108,29 @@ class H1Connection:
 
     # Slots: more than 30 attributes would take instances off CPython 3.11's shared-key
     # dicts, and every attribute a request reads would cost a dict lookup.
-    __slots__ = (
-        "_app",
-        "_limits",
-        "_clock",
-        "_body_source",
-        "_parser",
-        "recv_state",
-        "send_state",
-        "want_read",
-        "queue",
-        "_receiving",
-        "_body_received",
-        "_buffered_body",
-        "_refusal",
-        "_url",
-        "_raw_headers",
-        "_head_bytes",
-        "_header_bytes",
-        "_in_head",
-        "_has_host",
-        "_checked_host",
-        "_framing",
-        "_content_length",
-        "_expect_continue",
-        "_connection_header",
-        "_transfer_encoding",
-        "_max_request_line",
-        "_max_headers",
-        "_max_header_size",
-        "_max_pipeline",
-        "_head_since",
-        "_idle_since",
-        "_body_since",
+    __slots__ = tuple(
+        "_app _limits _clock _body_source _parser recv_state send_state want_read queue _receiving _body_received "
+        "_buffered_body _refusal _url _raw_headers _head_bytes _header_bytes _in_head _has_host _checked_host "
+        "_framing _content_length _expect_continue _connection_header _transfer_encoding _max_request_line "
+        "_max_headers _max_header_size _max_pipeline _head_since _idle_since _body_since _ready _unparsed".split()
     )
 
-    def __init__(self, app: AppInterface, limits: Limits, clock: Clock, body_source: BodySource | None = None) -> None:
+    def __init__(
+        self,
+        app: AppInterface,
+        limits: Limits,
+        clock: Clock,
+        body_source: BodySource | None = None,
+        ready: Callable[[], None] = _nothing,
+    ) -> None:
+        """``ready`` is called after each read is parsed: the owner's cue to act on ``queue`` and ``want_read``."""
         self._app = app
         self._limits = limits
         self._clock = clock
         self._body_source = body_source  # what the requests made here pull their body through
         self._parser = httptools.HttpRequestParser(self)
+        self._ready = ready
+        self._unparsed: memoryview | None = None  # the rest of a large read, while want_read is False
         self.recv_state = HEAD
         self.send_state = IDLE
         self.want_read = True
@@ -182,6 +171,9 @@ class H1Connection:
         if state is STOPPED or state is CLOSED:
             return
         size = len(data)
+        if size > _FEED_SLICE:
+            self._receive_slices(memoryview(data))
+            return
         if self._in_head:
             self._head_bytes += size
         elif self._receiving is not None:
@@ -205,6 +197,26 @@ class H1Connection:
             self._parse_error(exc)
         if self._in_head and self._head_bytes > self._max_header_size and self.recv_state is not STOPPED:
             self._abort_parsing(HTTPRequestHeaderFieldsTooLarge("request head too large"))
+        self._ready()
+
+    def _receive_slices(self, data: memoryview) -> None:
+        """A large read, a slice at a time, so that a full pipeline or body buffer stops it promptly."""
+        for start in range(0, len(data), _FEED_SLICE):
+            if not self.want_read:
+                if not self.stopped:
+                    self._unparsed = data[start:]  # parsed once want_read is True again: receive_unparsed
+                return
+            self.receive_data(data[start : start + _FEED_SLICE])
+
+    def has_unparsed(self) -> bool:
+        """Whether bytes of an earlier read wait to be parsed (``receive_unparsed``) before more are read."""
+        return self._unparsed is not None
+
+    def receive_unparsed(self) -> None:
+        """Parse what was left of a large read when ``want_read`` became False."""
+        data, self._unparsed = self._unparsed, None
+        if data is not None and not self.stopped:
+            self._receive_slices(data)
 
     def receive_eof(self) -> None:
         """The client half-closed: the body being received ends short; answer what was received, then close."""
@@ -232,10 +244,9 @@ class H1Connection:
         """Answer the first request with ``error`` (after reading its head), then close: past max_connections."""
         self._refusal = error
 
-    def next_request(self) -> Request:
-        """The queue's head, to be answered now (the queue must not be empty)."""
-        self.send_state = _ON_NEXT[self.send_state]
-        return self.queue[0]
+    def next_request(self) -> Request | None:
+        """The request to answer now, the queue's head (the driver, on its hot path, reads ``queue[0]``)."""
+        return self.queue[0] if self.queue else None
 
     def connection_line(self, request: Request) -> str:
         """The Connection line of the answer to ``request``: whether the connection stays open is decided here."""
@@ -264,7 +275,8 @@ class H1Connection:
             self.send_state = SEND[state, "closed"]
             self.queue.clear()  # what was pipelined after a Connection: close is never answered
             return False
-        self.send_state = SEND[state, "kept"]
+        if not self.queue:  # else the next one is answered: (kept, then request) leaves the state as it is
+            self.send_state = _ON_KEPT[state]
         self._idle_since = self._clock.now
         self._body_since = 0.0
         if not self.want_read:
@@ -448,6 +460,7 @@ class H1Connection:
                     request._plain = True
                 queue = self.queue
                 queue.append(request)
+                self.send_state = _ON_REQUEST[self.send_state]
                 # Ready for the next head (_next_head, without the call; no framing header was sent).
                 self._url = b""
                 self._raw_headers = []
@@ -511,6 +524,7 @@ class H1Connection:
         if self._expect_continue and http_version == "1.1":
             request._expect_continue = True
         self.queue.append(request)
+        self.send_state = _ON_REQUEST[self.send_state]
         self._receiving = request
         self.recv_state = RECV[self.recv_state, "body"]  # on_message_complete may follow at once: HEAD again
         if self._content_length is not None and self._content_length > self._limits.max_body_size:
@@ -601,6 +615,7 @@ class H1Connection:
 
     def _stop_parsing(self) -> None:
         """Read nothing more: answer what is queued, then close."""
+        self._unparsed = None
         self.recv_state = RECV[self.recv_state, "stop"]
         self.want_read = False
         self._close_after_queue()
@@ -619,6 +634,7 @@ class H1Connection:
         request._head_error = error
         request._finish_body()
         self.queue.append(request)
+        self.send_state = _ON_REQUEST[self.send_state]
 
     def _broken_request(self, method_known: bool) -> Request:
         """A stand-in for a request whose head could not be parsed, to answer an error and close.

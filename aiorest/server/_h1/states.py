@@ -12,13 +12,18 @@ pair that is not in the table is a bug of ours (a KeyError), never a silent move
                                          the client's EOF: read nothing more
           any    --lost-->      CLOSED   the transport is gone
 
-    send  IDLE      --next-->      ANSWERING  the queue's head is being answered
-          ANSWERING --kept-->      IDLE       answered; the connection stays open
+    send  IDLE      --request-->   ANSWERING  a request is queued: the queue's head is to be answered
+          ANSWERING --request-->   ANSWERING  pipelined: answered after those before it
+          ANSWERING --kept-->      IDLE       the last queued request answered; the connection stays open
+                                              (with more queued, ANSWERING goes on: see H1Connection.finish)
           ANSWERING --closed-->    CLOSED     answered with Connection: close
           IDLE|ANSWERING --closing--> CLOSING  close once the queue is answered (EOF, shutdown, recv STOPPED)
-          CLOSING   --next-->      CLOSING    ... it is still answered in order
-          CLOSING   --kept|closed--> CLOSED when the queue is empty, else CLOSING (see H1Connection.finish)
+          CLOSING   --request|kept--> CLOSING  ... what is queued is still answered in order
+          CLOSING   --closed-->    CLOSED     the last answer said Connection: close
           any       --lost-->      CLOSED
+
+As in h11, the server's side moves when the client's request arrives, not when
+a handler picks it up: receiving a head is the send side's event.
 """
 
 from __future__ import annotations
@@ -52,16 +57,17 @@ RECV: dict[tuple[str, str], str] = {
 }
 
 SEND: dict[tuple[str, str], str] = {
-    (IDLE, "next"): ANSWERING,
+    (IDLE, "request"): ANSWERING,
+    (ANSWERING, "request"): ANSWERING,
+    (CLOSING, "request"): CLOSING,
+    (CLOSED, "request"): CLOSED,
     (ANSWERING, "kept"): IDLE,
     (ANSWERING, "closed"): CLOSED,
     (IDLE, "closing"): CLOSING,
     (ANSWERING, "closing"): CLOSING,
     (CLOSING, "closing"): CLOSING,
-    (CLOSING, "next"): CLOSING,
     (CLOSING, "kept"): CLOSING,
     (CLOSING, "closed"): CLOSED,
-    (CLOSING, "drained"): CLOSED,
     (IDLE, "lost"): CLOSED,
     (ANSWERING, "lost"): CLOSED,
     (CLOSING, "lost"): CLOSED,
