@@ -24,13 +24,8 @@ The two sides' states and their transitions are data: see states.py.
 
 from __future__ import annotations
 
-import ipaddress
-import logging
-import re
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
-from urllib.parse import unquote
 
 import httptools
 
@@ -38,21 +33,19 @@ from ...http.exceptions import (
     ClientDisconnected,
     HTTPBadRequest,
     HTTPError,
-    HTTPNotImplemented,
     HTTPPayloadTooLarge,
     HTTPRequestHeaderFieldsTooLarge,
     HTTPRequestTimeout,
     HTTPURITooLong,
-    HTTPVersionNotSupported,
 )
 from ...http.limits import Limits
 from ...http.request import AppInterface, BodySource, Request
-from ..wire import origin_form
-from .states import ANSWERING, CLOSED, CLOSING, HEAD, IDLE, RECV, SEND, STOPPED, Timeout
+from .heads import NO_FRAMING, Framing, broken_request, framing_header, general_request, host_error, parse_failure
+from .heads import ParseAbort as _ParseAbort
+from .heads import StopParsing as _StopParsing
+from .states import CLOSED, CLOSING, HEAD, IDLE, RECV, SEND, STOPPED, Clock, Timeout, nothing
 
-__all__ = ["H1Connection", "Clock", "CLOSE"]
-
-logger = logging.getLogger("aiorest.error")
+__all__ = ["H1Connection", "CLOSE"]
 
 CLOSE = "close"  # check_deadline: close the connection, writing nothing
 _CLOSE_LINE = "Connection: close\r\n"
@@ -68,40 +61,6 @@ _new_object = object.__new__
 _ON_REQUEST = {state: new for (state, event), new in SEND.items() if event == "request"}
 _ON_KEPT = {state: new for (state, event), new in SEND.items() if event == "kept"}
 
-# RFC 9112, 3.2: one Host line, whose value is RFC 9110's  Host = uri-host [ ":" port ],  from RFC 3986, 3.2.2:
-#   host       = IP-literal / IPv4address / reg-name     (an IPv4address is also a reg-name)
-#   IP-literal = "[" ( IPv6address / IPvFuture ) "]"
-#   IPvFuture  = "v" 1*HEXDIG "." 1*( unreserved / sub-delims / ":" )
-#   reg-name   = *( unreserved / pct-encoded / sub-delims )
-#   port       = *DIGIT
-# llhttp leaves the trailing OWS on a value: allowed after it.
-_REG_CHARS = rb"A-Za-z0-9\-._~!$&'()*+,;="
-_HOST = re.compile(
-    rb"(?:(?:[%s]|%%[0-9A-Fa-f]{2})*|\[(?:([0-9A-Fa-f:.]+)|v[0-9A-Fa-f]+\.[%s:]+)\])(?::[0-9]*)?[ \t]*"
-    % (_REG_CHARS, _REG_CHARS)
-)
-
-
-def _nothing() -> None:
-    pass
-
-
-class Clock(Protocol):
-    """The time the connection's deadlines are counted in (ServerState's, refreshed once a second)."""
-
-    now: float
-
-
-class _ParseAbort(Exception):
-    """Raised in a parser callback: answer ``error`` and close."""
-
-    def __init__(self, error: HTTPError) -> None:
-        self.error = error
-
-
-class _StopParsing(Exception):
-    """Raised in a parser callback: the request is queued; read nothing more."""
-
 
 class H1Connection:
     """One connection's HTTP/1.1 state: bytes in become Requests in ``queue``; answers are finished in order."""
@@ -111,7 +70,7 @@ class H1Connection:
     __slots__ = tuple(
         "_app _limits _clock _body_source _parser recv_state send_state want_read queue _receiving _body_received "
         "_buffered_body _refusal _url _raw_headers _head_bytes _header_bytes _in_head _has_host _checked_host "
-        "_framing _content_length _expect_continue _connection_header _transfer_encoding _max_request_line "
+        "_framing _max_request_line "
         "_max_headers _max_header_size _max_pipeline _head_since _idle_since _body_since _ready _unparsed".split()
     )
 
@@ -121,7 +80,7 @@ class H1Connection:
         limits: Limits,
         clock: Clock,
         body_source: BodySource | None = None,
-        ready: Callable[[], None] = _nothing,
+        ready: Callable[[], None] = nothing,
     ) -> None:
         """``ready`` is called after each read is parsed: the owner's cue to act on ``queue`` and ``want_read``."""
         self._app = app
@@ -148,11 +107,7 @@ class H1Connection:
         self._in_head = True
         self._has_host = False
         self._checked_host = b""  # the last Host value found valid here (RFC 3986: a reg-name may be empty)
-        self._framing = False  # one of the four below was sent: on_headers_complete's general path
-        self._content_length: int | None = None
-        self._expect_continue = False
-        self._connection_header = False
-        self._transfer_encoding: bytes | None = None
+        self._framing: Framing | None = None  # a framing header was sent: on_headers_complete's general path
         # limits read for every request, kept here (one attribute lookup, not two)
         self._max_request_line = limits.max_request_line
         self._max_headers = limits.max_headers
@@ -257,11 +212,6 @@ class H1Connection:
             return _KEEP_ALIVE_LINE
         return ""
 
-    @property
-    def closing(self) -> bool:
-        """Whether the connection closes once the queue is answered (no answer may say keep-alive)."""
-        return self.send_state is not ANSWERING and self.send_state is not IDLE
-
     def finish(self, request: Request) -> bool:
         """``request`` (the queue's head) is answered; False: close the connection now."""
         state = self.send_state
@@ -340,11 +290,6 @@ class H1Connection:
         # _url alone: begun in the read that ended the previous request (see check_deadline)
         return bool((self._in_head and self._head_bytes) or self._url)
 
-    @property
-    def body_timer_running(self) -> bool:
-        """Whether a handler waits for body bytes (the body deadline runs)."""
-        return bool(self._body_since)
-
     # -- the close decision, flow control ------------------------------------------------
 
     def _close_after_queue(self) -> None:
@@ -393,35 +338,18 @@ class H1Connection:
                     self._check_host(value)
                 self._has_host = True
         elif size in _FRAMING_SIZES:
-            self._framing_header(name.lower(), value)
+            framing = framing_header(self._framing, name.lower(), value)
+            if framing is not None:
+                self._framing = framing
 
     def _check_host(self, value: bytes) -> None:
         """RFC 9112, 3.2: a second Host line, or a Host that is not a host, is a 400."""
         if self._has_host:
             raise _ParseAbort(HTTPBadRequest("more than one Host header"))
-        found = _HOST.fullmatch(value)
-        if found is None or (found[1] is not None and not _is_ipv6(found[1])):
-            shown = value[:64].decode("latin-1")
-            raise _ParseAbort(HTTPBadRequest(f"the Host header {shown!r} is not a valid host[:port]"))
+        error = host_error(value)
+        if error is not None:
+            raise _ParseAbort(error)
         self._checked_host = value
-
-    def _framing_header(self, name: bytes, value: bytes) -> None:
-        """A header that changes how the request is framed or answered."""
-        if name == b"content-length":
-            self._content_length = int(value)  # llhttp accepts digits only
-        elif name == b"connection":
-            self._connection_header = True
-        elif name == b"expect":
-            if value.lower() != b"100-continue":
-                return
-            self._expect_continue = True
-        elif name == b"transfer-encoding":
-            # Repeated lines make one list (RFC 9110, 5.3): "gzip" then "chunked" is "gzip, chunked".
-            previous = self._transfer_encoding
-            self._transfer_encoding = value if previous is None else previous + b"," + value
-        else:
-            return
-        self._framing = True
 
     def on_headers_complete(self) -> None:
         self._in_head = False
@@ -432,7 +360,7 @@ class H1Connection:
         # It has no body (RFC 9112, 6.3): recv stays HEAD (RECV[HEAD, "no_body"]).
         if (
             self._has_host
-            and not self._framing
+            and self._framing is None
             and self._refusal is None
             and parser.should_keep_alive()
             and target[:1] == b"/"
@@ -478,87 +406,28 @@ class H1Connection:
         self._raw_headers = []
         self._header_bytes = 0
         self._has_host = False
-        if self._framing:
-            self._framing = False
-            self._content_length = None
-            self._expect_continue = False
-            self._connection_header = False
-            self._transfer_encoding = None
+        self._framing = None
 
     def _head_complete(self, parser: httptools.HttpRequestParser, target: bytes) -> None:
         """on_headers_complete for every other request (all those with a body among them)."""
         self._body_received = 0
-        method = parser.get_method()
-        keep_alive = parser.should_keep_alive()
-        # Formatting the version costs 0.2 µs; without a Connection header, only
-        # HTTP/1.1 is kept alive, so the common case needs no formatting.
-        http_version = "1.1" if keep_alive and not self._connection_header else parser.get_http_version()
-        head_error: HTTPError | None = None
-        if not target.startswith(b"/"):
-            target = origin_form(target)
-        if b"?" in target:
-            raw_path, _, query_bytes = target.partition(b"?")
-            query = query_bytes.decode("latin-1")
-        else:
-            raw_path, query = target, ""
-        path = raw_path.decode("latin-1")
-        if "%" in path:
-            try:
-                path = unquote(path, errors="strict")
-            except UnicodeDecodeError:
-                head_error = HTTPBadRequest("request path is not valid UTF-8 after percent-decoding")
-        request = Request(
-            _METHODS.get(method) or method.decode("ascii"),
-            path,
-            raw_path,
-            query,
-            http_version,
-            self._raw_headers,
+        request, stop = general_request(
+            parser,
+            target,
             self._app,
             self._body_source,
+            self._raw_headers,
+            self._limits.max_body_size,
+            has_host=self._has_host,
+            framing=self._framing or NO_FRAMING,
+            refusal=self._refusal,
         )
-        if not keep_alive:
-            request.keep_alive = False
-        elif http_version == "1.1" and not self._expect_continue and method != b"HEAD":
-            request._plain = True  # may take the fast path in the driver
-        if self._expect_continue and http_version == "1.1":
-            request._expect_continue = True
         self.queue.append(request)
         self.send_state = _ON_REQUEST[self.send_state]
         self._receiving = request
         self.recv_state = RECV[self.recv_state, "body"]  # on_message_complete may follow at once: HEAD again
-        if self._content_length is not None and self._content_length > self._limits.max_body_size:
-            request._head_error = HTTPPayloadTooLarge(
-                f"request body of {self._content_length} bytes exceeds the limit of {self._limits.max_body_size}"
-            )
-            request.keep_alive = False
+        if stop:
             raise _StopParsing
-        if http_version == "1.1" and not self._has_host:
-            head_error = HTTPBadRequest("an HTTP/1.1 request needs a Host header")  # RFC 9112, 3.2
-            request.keep_alive = False
-        if self._transfer_encoding is not None:
-            codings = [coding.strip().lower() for coding in self._transfer_encoding.split(b",")]
-            if codings[-1] != b"chunked":
-                # RFC 9112, 6.3: the body's length cannot be known; 400, and read no more.
-                request._head_error = HTTPBadRequest(
-                    "the last transfer coding of a request must be chunked; its body length cannot be known"
-                )
-                request.keep_alive = False
-                raise _StopParsing
-            if len(codings) > 1:
-                # llhttp accepts "gzip, chunked"; we would hand the handler a still-encoded body.
-                head_error = HTTPNotImplemented("only the chunked transfer coding is supported")
-                request.keep_alive = False
-            elif http_version == "1.0":
-                request.keep_alive = False  # RFC 9112, 6.1: its framing is suspect; close after it
-        if http_version != "1.1" and http_version != "1.0":  # llhttp also takes 0.9 and 2.0
-            head_error = HTTPVersionNotSupported(f"HTTP/{http_version} is not supported; this server speaks HTTP/1.1")
-            request.keep_alive = False
-        if self._refusal is not None:
-            head_error = self._refusal
-            request.keep_alive = False
-        if head_error is not None:
-            request._head_error = head_error
         if len(self.queue) >= self._max_pipeline:
             self.want_read = False
 
@@ -594,24 +463,13 @@ class H1Connection:
     # -- broken bytes --------------------------------------------------------------------
 
     def _parse_error(self, exc: Exception) -> None:
-        if isinstance(exc, httptools.HttpParserCallbackError):
-            cause = exc.__context__
-            if isinstance(cause, _StopParsing):
-                self._stop_parsing()
-            elif isinstance(cause, _ParseAbort):
-                self._abort_parsing(cause.error)
-            else:
-                logger.error("parser callback failed", exc_info=cause)
-                self._abort_parsing(HTTPBadRequest("malformed request"))
-        elif isinstance(exc, httptools.HttpParserUpgrade):
-            # We speak no other protocol: answer the request, then close.
-            if self.queue:
-                self.queue[-1].keep_alive = False
-            self._stop_parsing()
-        else:
-            # Before its method is complete, the parser still reports the previous request's.
-            method_known = not isinstance(exc, httptools.HttpParserInvalidMethodError)
-            self._abort_parsing(HTTPBadRequest(f"malformed request: {exc}"), method_known)
+        error, method_known = parse_failure(exc)
+        if error is not None:
+            self._abort_parsing(error, method_known)
+            return
+        if isinstance(exc, httptools.HttpParserUpgrade) and self.queue:
+            self.queue[-1].keep_alive = False  # we speak no other protocol: answer the request, then close
+        self._stop_parsing()
 
     def _stop_parsing(self) -> None:
         """Read nothing more: answer what is queued, then close."""
@@ -630,31 +488,10 @@ class H1Connection:
             receiving._finish_body(error)
             self._receiving = None
             return
-        request = self._broken_request(method_known)
-        request._head_error = error
-        request._finish_body()
-        self.queue.append(request)
-        self.send_state = _ON_REQUEST[self.send_state]
-
-    def _broken_request(self, method_known: bool) -> Request:
-        """A stand-in for a request whose head could not be parsed, to answer an error and close.
-
-        A HEAD keeps its method when the parser got that far, so that its answer has
-        no body: the client would read the body as the start of the next response.
-        """
         method = "HEAD" if self._is_head(method_known) else "GET"
-        request = Request(method, "", b"", "", "1.1", [], self._app, self._body_source)
-        request.keep_alive = False
-        return request
+        self.queue.append(broken_request(method, error, self._app, self._body_source))
+        self.send_state = _ON_REQUEST[self.send_state]
 
     def _is_head(self, method_known: bool) -> bool:
         """Whether the head being parsed is a HEAD request's, as far as the parser got."""
         return method_known and self._parser.get_method() == b"HEAD"
-
-
-def _is_ipv6(text: bytes) -> bool:
-    try:
-        ipaddress.IPv6Address(text.decode("ascii"))
-    except ValueError:
-        return False
-    return True

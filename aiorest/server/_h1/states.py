@@ -28,11 +28,24 @@ a handler picks it up: receiving a head is the send side's event.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from ...http.exceptions import HTTPError
 
-__all__ = ["HEAD", "BODY", "STOPPED", "CLOSED", "IDLE", "ANSWERING", "CLOSING", "RECV", "SEND", "Timeout"]
+__all__ = [
+    "HEAD",
+    "BODY",
+    "STOPPED",
+    "CLOSED",
+    "IDLE",
+    "ANSWERING",
+    "CLOSING",
+    "RECV",
+    "SEND",
+    "Timeout",
+    "Clock",
+    "nothing",
+]
 
 # States are strings: they read well in a test's failure and compare by identity.
 HEAD = "HEAD"
@@ -81,3 +94,13 @@ class Timeout(NamedTuple):
 
     error: HTTPError
     head_request: bool  # the head under way is a HEAD's: the answer has no body
+
+
+class Clock(Protocol):
+    """The time the connection's deadlines are counted in (ServerState's, refreshed once a second)."""
+
+    now: float
+
+
+def nothing() -> None:
+    """The default ``ready`` cue: a connection fed by a test has nobody to tell."""
