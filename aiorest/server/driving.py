@@ -292,8 +292,6 @@ class HandlerDriver:
 
         The common answers take the short path in ``_handle`` and never come here.
         """
-        if request._expect_continue and not request._body_done:
-            request.keep_alive = False  # the client waits for 100 Continue; its body may never come
         try:
             response = to_response(result)
             if isinstance(response, StreamResponse):

@@ -203,8 +203,14 @@ class H1Connection:
         """The request to answer now, the queue's head (the driver, on its hot path, reads ``queue[0]``)."""
         return self.queue[0] if self.queue else None
 
+    def head_error(self, request: Request) -> HTTPError | None:
+        """The error to answer instead of running a handler: the head could not be served."""
+        return request._head_error
+
     def connection_line(self, request: Request) -> str:
         """The Connection line of the answer to ``request``: whether the connection stays open is decided here."""
+        if request._expect_continue and not request._body_done:
+            request.keep_alive = False  # the client waits for 100 Continue; its body may never come
         if not request.keep_alive or (self.send_state is CLOSING and len(self.queue) <= 1):
             request.keep_alive = False
             return _CLOSE_LINE
