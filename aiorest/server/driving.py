@@ -171,7 +171,7 @@ class HandlerDriver:
         if self._current is request:
             # Cancelled before its first step (the loop closing, say): nothing answered it.
             self._current = None
-            self._queue.clear()
+            self._conn.abandon()
             self._close()
             return
         self._process()
@@ -284,7 +284,7 @@ class HandlerDriver:
     def _abandon(self, request: Request) -> None:
         request.keep_alive = False
         self._current = None
-        self._queue.clear()
+        self._conn.abandon()
         self._close()
 
     def _respond(self, request: Request, result: Any) -> Coroutine[Any, Any, None] | None:

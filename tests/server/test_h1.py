@@ -374,3 +374,11 @@ def test_the_connection_knows_no_event_loop():
     for module in (connection, heads, states):
         with open(module.__file__, encoding="utf-8") as source:
             assert "asyncio" not in source.read(), module.__name__
+
+
+def test_an_abandoned_answer_closes_and_drops_the_queue():
+    conn, _ = connection()
+    conn.receive_data(GET * 2)
+    conn.abandon()
+    assert (conn.send_state, len(conn.queue)) == (CLOSED, 0)
+    assert conn.finish(conn.next_request() or Request("GET", "/", b"/", "", "1.1", [], APP)) is False

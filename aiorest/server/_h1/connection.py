@@ -8,18 +8,11 @@ becomes a Request carrying the error to answer (``_head_error``), so that it
 is answered in its turn, after those before it. Body bytes go into the
 request being received; where they are read from is the body source's affair.
 
-Whoever owns the transport (protocol.py) asks it what to do and does it:
-
-    want_read             whether to read more (False: a full pipeline, a full body
-                          buffer, or parsing stopped); ``finish`` and ``body_consumed``
-                          say when it becomes True again
-    next_request()        the queue's head, to answer now (send side: ANSWERING)
-    connection_line(req)  the close decision, as the answer's Connection line
-    finish(req)           answered: False means close the connection now
-    check_deadline(now)   None, CLOSE, or a Timeout (408) to write before closing
-    shutdown(close_idle)  True means close now
-
-The two sides' states and their transitions are data: see states.py.
+Whoever owns the transport (protocol.py) acts on what it says: ``want_read``
+(False: a full pipeline or body buffer, or parsing stopped), ``queue[0]`` (the
+request to answer), ``connection_line`` (the close decision), ``finish`` (False:
+close now), ``check_deadline`` (None, CLOSE, or a Timeout) and ``shutdown``
+(True: close now). The two sides' states and transitions are data: states.py.
 """
 
 from __future__ import annotations
@@ -135,11 +128,9 @@ class H1Connection:
             if self._body_since:  # a handler waits for these body bytes
                 self._body_since = self._clock.now
         else:
-            # Between requests: these bytes begin the next head (its clock starts
-            # here, not in an on_message_begin callback, which would cost a call
-            # a request), or go on with one that began in the read that ended the
-            # previous request (_url is set): that one is timed from the previous
-            # answer, here as in check_deadline, or its clock would start again.
+            # Between requests: these bytes begin the next head (its clock starts here, not in an
+            # on_message_begin callback, a call a request), or go on with one begun in the read that
+            # ended the previous request (_url is set), timed from the answer as in check_deadline.
             self._in_head = True
             self._head_bytes = size
             if self._url and not self.queue:
@@ -238,6 +229,11 @@ class H1Connection:
         if not self.want_read:
             self._update_want_read()
         return True
+
+    def abandon(self) -> None:
+        """The answer under way failed (its handler was cancelled, a bug of ours): answer nothing more."""
+        self.send_state = SEND[self.send_state, "abandon"]
+        self.queue.clear()
 
     def body_consumed(self, size: int) -> None:
         """A handler took ``size`` body bytes out of the buffer (``want_read`` may become True)."""
@@ -489,8 +485,7 @@ class H1Connection:
         self._stop_parsing()
         receiving = self._receiving
         if receiving is not None:
-            # A handler reading this body gets the error; one that already
-            # answered has nothing more to send, and the connection closes.
+            # A handler reading this body gets the error; one that answered already: the connection closes.
             receiving._finish_body(error)
             self._receiving = None
             return

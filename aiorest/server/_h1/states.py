@@ -21,6 +21,7 @@ pair that is not in the table is a bug of ours (a KeyError), never a silent move
           CLOSING   --request|kept--> CLOSING  ... what is queued is still answered in order
           CLOSING   --closed-->    CLOSED     the last answer said Connection: close
           any       --lost-->      CLOSED
+          any       --abandon-->   CLOSED     an answer failed half-way: nothing more is answered
 
 As in h11, the server's side moves when the client's request arrives, not when
 a handler picks it up: receiving a head is the send side's event.
@@ -86,6 +87,10 @@ SEND: dict[tuple[str, str], str] = {
     (CLOSING, "lost"): CLOSED,
     (CLOSED, "lost"): CLOSED,
     (CLOSED, "closing"): CLOSED,
+    (IDLE, "abandon"): CLOSED,
+    (ANSWERING, "abandon"): CLOSED,
+    (CLOSING, "abandon"): CLOSED,
+    (CLOSED, "abandon"): CLOSED,
 }
 
 
