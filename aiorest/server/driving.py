@@ -7,8 +7,10 @@ handler and hands what it returns to the writers (writing.py). The common
 answers (a dict, a small plain Response) are written and finished in
 ``_handle`` itself; the rest go through ``_respond``.
 
-It is a mixin, not an object of its own, so that a request pays no hop from
-one object to another: the state below is the connection's, set in its ``__init__``.
+It is a mixin of the asyncio protocol, so that a request pays no hop from one
+object to another: the state below is the protocol's, set in its ``__init__``.
+The protocol state (the queue, the close decision, flow-control decisions)
+is the H1Connection's (_h1/), reached through its methods.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..http.jsoncodec import JSONCodec
 from ..http.request import AppInterface, Request
 from ..http.requestid import request_id_var, request_numbers, valid_request_id
 from ..http.response import Response, StreamResponse, error_response, to_response
+from ._h1 import ANSWERING, IDLE, H1Connection
 from .state import ServerState
 from .stepping import DONE, forget_cancels, resume, run_task, step
 from .writing import short_answer, write_response, write_stream
@@ -68,6 +71,8 @@ class ServedApp(AppInterface, Protocol):
 class HandlerDriver:
     """Runs the handlers of a connection's requests, one at a time, in arrival order."""
 
+    __slots__ = ()  # HttpProtocol's hold the state
+
     # The connection's state this part reads and writes (HttpProtocol.__init__ sets it).
     _app: ServedApp
     _static_endpoints: Mapping[str, Mapping[str, Endpoint]]  # the app's, kept here: one lookup fewer
@@ -76,14 +81,12 @@ class HandlerDriver:
     _state: ServerState
     _loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport | None
-    _queue: deque[Request]
+    _conn: H1Connection
+    _queue: deque[Request]  # the connection's
     _current: Request | None  # the request being answered: the queue's first
     _closed: bool
-    _close_after_queue: bool
     _writing_paused: bool
     _reading_paused: bool
-    _idle_since: float
-    _body_since: float
     # the connection's Task (see the note above _new_runner), what wakes it, the handler it is to carry on
     _runner: asyncio.Task[None] | None
     _wake: asyncio.Future[None] | None
@@ -98,14 +101,16 @@ class HandlerDriver:
 
         def _close(self) -> None: ...
         def _finish(self, request: Request) -> None: ...
-        def _drop_body(self, request: Request) -> None: ...
-        def _update_reading(self) -> None: ...
-        def _connection_line(self, request: Request) -> str: ...
+        def _resume_reading(self) -> None: ...
+        def _pause_reading(self) -> None: ...
         async def drain(self) -> None: ...
 
     def _process(self) -> None:
         """Answer queued requests in order while none is in progress."""
         queue = self._queue
+        conn = self._conn
+        if not conn.want_read and not self._reading_paused:
+            self._pause_reading()  # the connection's flow decision: a full pipeline or body buffer
         # While the client does not read, answer nothing more: responses would
         # pile up in the transport's buffer without bound.
         # The loop's test is also how it ends, usually on an empty queue: that first.
@@ -147,7 +152,7 @@ class HandlerDriver:
                 return  # it waits: _serve goes on with the queue when it is done
             if runner.cancelling():
                 forget_cancels(runner)
-        if self._close_after_queue and self._current is None and not queue:
+        if self._current is None and not queue and conn.send_state is not ANSWERING and conn.send_state is not IDLE:
             self._close()
 
     # Every handler runs inside a Task from its first line; how, stepping.py says.
@@ -166,7 +171,7 @@ class HandlerDriver:
         if self._current is request:
             # Cancelled before its first step (the loop closing, say): nothing answered it.
             self._current = None
-            self._queue.clear()
+            self._conn.abandon()
             self._close()
             return
         self._process()
@@ -250,7 +255,8 @@ class HandlerDriver:
                 result = yield from coro  # type: ignore[misc]
             except Exception as exc:
                 result = yield from self._app.handle_exception(request, exc)
-            if request._plain and request.keep_alive and not self._close_after_queue and not self._closed:
+            conn = self._conn
+            if request._plain and request.keep_alive and conn.send_state is ANSWERING:
                 # The common answers on a kept-alive HTTP/1.1 connection, in one write.
                 message = short_answer(result, self._state, self._dumps, request._id)
                 if message is not None:
@@ -259,13 +265,9 @@ class HandlerDriver:
                         self._access_log.log_message(request, message)
                     # _finish, for a connection that stays open
                     self._current = None
-                    self._queue.popleft()
-                    if request._chunks is not None or not request._body_done:
-                        self._drop_body(request)
-                    self._idle_since = self._state.now
-                    self._body_since = 0.0
-                    if self._reading_paused:
-                        self._update_reading()
+                    conn.finish(request)
+                    if self._reading_paused and conn.want_read:
+                        self._resume_reading()
                     return
             stream = self._respond(request, result)
             if stream is not None:
@@ -282,7 +284,7 @@ class HandlerDriver:
     def _abandon(self, request: Request) -> None:
         request.keep_alive = False
         self._current = None
-        self._queue.clear()
+        self._conn.abandon()
         self._close()
 
     def _respond(self, request: Request, result: Any) -> Coroutine[Any, Any, None] | None:
@@ -290,8 +292,6 @@ class HandlerDriver:
 
         The common answers take the short path in ``_handle`` and never come here.
         """
-        if request._expect_continue and not request._body_done:
-            request.keep_alive = False  # the client waits for 100 Continue; its body may never come
         try:
             response = to_response(result)
             if isinstance(response, StreamResponse):
@@ -312,7 +312,7 @@ class HandlerDriver:
                 body,
                 head_request=request.method == "HEAD",
                 header_lines=self._state.header_lines,
-                connection=self._connection_line(request),
+                connection=self._conn.connection_line(request),
                 request_id=request._id,
             )
             if self._access_log is not None:
@@ -334,7 +334,7 @@ class HandlerDriver:
                 chunked=chunked,
                 head_request=request.method == "HEAD",
                 header_lines=self._state.header_lines,
-                connection=self._connection_line(request),
+                connection=self._conn.connection_line(request),
                 request_id=request._id,
             )
         except Exception:

@@ -891,3 +891,23 @@ def test_cookie_expires_accepts_a_float_timestamp():
     from aiorest.http.cookies import format_set_cookie
 
     assert "Expires=Thu, 01 Jan 1970 00:00:01 GMT" in format_set_cookie("a", "b", expires=1.5)
+
+
+async def test_a_request_pipelined_after_connection_close_is_never_run():
+    """Its answer could never be sent: neither may its handler run (a POST's effects, say)."""
+    calls: list[str] = []
+
+    async def effect(request: Request) -> dict[str, bool]:
+        calls.append(request.path)
+        return {"done": True}
+
+    conn = await one_route("POST", "/effect", effect)
+    conn.feed(
+        b"POST /effect HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        b"POST /effect HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n"
+    )
+    [response] = await conn.responses(1)
+    await asyncio.sleep(0.05)
+    assert response.header("connection") == "close"
+    assert calls == ["/effect"]
+    assert conn.transport.closed

@@ -1,0 +1,242 @@
+"""Reading a request's head: the Host check and the general path's Request (RFC 9112's rules).
+
+H1Connection's callbacks handle the common request themselves; these are the
+rest, as functions of what the head said, so that they read without the
+connection's state around them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import re
+from urllib.parse import unquote
+
+import httptools
+
+from ...http.exceptions import (
+    HTTPBadRequest,
+    HTTPError,
+    HTTPNotImplemented,
+    HTTPPayloadTooLarge,
+    HTTPVersionNotSupported,
+)
+from ...http.request import AppInterface, BodySource, Request
+from ..wire import origin_form
+
+__all__ = [
+    "METHODS",
+    "Framing",
+    "NO_FRAMING",
+    "framing_header",
+    "ParseAbort",
+    "StopParsing",
+    "host_error",
+    "general_request",
+    "broken_request",
+    "parse_failure",
+]
+
+logger = logging.getLogger("aiorest.error")
+
+METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")}
+_METHODS = METHODS
+
+# RFC 9112, 3.2: one Host line, whose value is RFC 9110's  Host = uri-host [ ":" port ],  from RFC 3986, 3.2.2:
+#   host       = IP-literal / IPv4address / reg-name     (an IPv4address is also a reg-name)
+#   IP-literal = "[" ( IPv6address / IPvFuture ) "]"
+#   IPvFuture  = "v" 1*HEXDIG "." 1*( unreserved / sub-delims / ":" )
+#   reg-name   = *( unreserved / pct-encoded / sub-delims )
+#   port       = *DIGIT
+# llhttp leaves the trailing OWS on a value: allowed after it.
+_REG_CHARS = rb"A-Za-z0-9\-._~!$&'()*+,;="
+_HOST = re.compile(
+    rb"(?:(?:[%s]|%%[0-9A-Fa-f]{2})*|\[(?:([0-9A-Fa-f:.]+)|v[0-9A-Fa-f]+\.[%s:]+)\])(?::[0-9]*)?[ \t]*"
+    % (_REG_CHARS, _REG_CHARS)
+)
+
+
+class ParseAbort(Exception):
+    """Raised in a parser callback: answer ``error`` and close."""
+
+    def __init__(self, error: HTTPError) -> None:
+        self.error = error
+
+
+class StopParsing(Exception):
+    """Raised in a parser callback: the request is queued; read nothing more."""
+
+
+def parse_failure(exc: Exception) -> tuple[HTTPError | None, bool]:
+    """What llhttp's ``exc`` means: the error to answer before closing (None: stop reading, answer
+    what is queued), and whether the parser got as far as the method of the head it failed in."""
+    if isinstance(exc, httptools.HttpParserCallbackError):
+        cause = exc.__context__
+        if isinstance(cause, StopParsing):
+            return None, True
+        if isinstance(cause, ParseAbort):
+            return cause.error, True
+        logger.error("parser callback failed", exc_info=cause)
+        return HTTPBadRequest("malformed request"), True
+    if isinstance(exc, httptools.HttpParserUpgrade):
+        return None, True
+    # Before its method is complete, the parser still reports the previous request's.
+    return HTTPBadRequest(f"malformed request: {exc}"), not isinstance(exc, httptools.HttpParserInvalidMethodError)
+
+
+def broken_request(method: str, error: HTTPError, app: AppInterface, body_source: BodySource | None) -> Request:
+    """A stand-in for a request whose head could not be parsed, to answer ``error`` and close.
+
+    A HEAD keeps its method when the parser got that far, so that its answer has
+    no body: the client would read the body as the start of the next response.
+    """
+    request = Request(method, "", b"", "", "1.1", [], app, body_source)
+    request.keep_alive = False
+    request._head_error = error
+    request._finish_body()
+    return request
+
+
+def host_error(value: bytes) -> HTTPError | None:
+    """The 400 for a Host value that is not RFC 3986's host[:port], else None."""
+    found = _HOST.fullmatch(value)
+    if found is None or (found[1] is not None and not _is_ipv6(found[1])):
+        shown = value[:64].decode("latin-1")
+        return HTTPBadRequest(f"the Host header {shown!r} is not a valid host[:port]")
+    return None
+
+
+class Framing:
+    """What a head's framing headers said (Content-Length, Transfer-Encoding, Expect, Connection), if it had any."""
+
+    __slots__ = ("content_length", "transfer_encoding", "expect_continue", "connection")
+
+    def __init__(self) -> None:
+        self.content_length: int | None = None
+        # Repeated lines make one list (RFC 9110, 5.3): "gzip" then "chunked" is "gzip, chunked".
+        self.transfer_encoding: bytes | None = None
+        self.expect_continue = False
+        self.connection = False
+
+
+NO_FRAMING = Framing()  # never changed: for a head without those headers
+
+
+def framing_header(framing: Framing | None, name: bytes, value: bytes) -> Framing | None:
+    """Note a header (its name lowercased) in ``framing``, made if need be; None if it is not a framing header."""
+    if name == b"content-length":
+        framing = framing or Framing()
+        framing.content_length = int(value)  # llhttp accepts digits only
+    elif name == b"connection":
+        framing = framing or Framing()
+        framing.connection = True
+    elif name == b"expect":
+        if value.lower() != b"100-continue":
+            return None
+        framing = framing or Framing()
+        framing.expect_continue = True
+    elif name == b"transfer-encoding":
+        framing = framing or Framing()
+        previous = framing.transfer_encoding
+        framing.transfer_encoding = value if previous is None else previous + b"," + value
+    else:
+        return None
+    return framing
+
+
+def general_request(
+    parser: httptools.HttpRequestParser,
+    target: bytes,
+    app: AppInterface,
+    body_source: BodySource | None,
+    raw_headers: list[tuple[bytes, bytes]],
+    max_body_size: int,
+    *,
+    has_host: bool,
+    framing: Framing,
+    refusal: HTTPError | None,
+) -> tuple[Request, bool]:
+    """The Request for a head off the common path, and whether to read nothing more after it.
+
+    A head that cannot be served gives a Request carrying the error (``_head_error``)
+    and, if the connection must not go on, ``keep_alive`` False.
+    """
+    content_length = framing.content_length
+    expect_continue = framing.expect_continue
+    transfer_encoding = framing.transfer_encoding
+    method = parser.get_method()
+    keep_alive = parser.should_keep_alive()
+    # Formatting the version costs 0.2 µs; without a Connection header, only
+    # HTTP/1.1 is kept alive, so the common case needs no formatting.
+    http_version = "1.1" if keep_alive and not framing.connection else parser.get_http_version()
+    head_error: HTTPError | None = None
+    if not target.startswith(b"/"):
+        target = origin_form(target)
+    if b"?" in target:
+        raw_path, _, query_bytes = target.partition(b"?")
+        query = query_bytes.decode("latin-1")
+    else:
+        raw_path, query = target, ""
+    path = raw_path.decode("latin-1")
+    if "%" in path:
+        try:
+            path = unquote(path, errors="strict")
+        except UnicodeDecodeError:
+            head_error = HTTPBadRequest("request path is not valid UTF-8 after percent-decoding")
+    request = Request(
+        _METHODS.get(method) or method.decode("ascii"),
+        path,
+        raw_path,
+        query,
+        http_version,
+        raw_headers,
+        app,
+        body_source,
+    )
+    if not keep_alive:
+        request.keep_alive = False
+    elif http_version == "1.1" and not expect_continue and method != b"HEAD":
+        request._plain = True  # may take the fast path in the driver
+    if expect_continue and http_version == "1.1":
+        request._expect_continue = True
+    if content_length is not None and content_length > max_body_size:
+        request._head_error = HTTPPayloadTooLarge(
+            f"request body of {content_length} bytes exceeds the limit of {max_body_size}"
+        )
+        request.keep_alive = False
+        return request, True
+    if http_version == "1.1" and not has_host:
+        head_error = HTTPBadRequest("an HTTP/1.1 request needs a Host header")  # RFC 9112, 3.2
+        request.keep_alive = False
+    if transfer_encoding is not None:
+        codings = [coding.strip().lower() for coding in transfer_encoding.split(b",")]
+        if codings[-1] != b"chunked":
+            # RFC 9112, 6.3: the body's length cannot be known; 400, and read no more.
+            request._head_error = HTTPBadRequest(
+                "the last transfer coding of a request must be chunked; its body length cannot be known"
+            )
+            request.keep_alive = False
+            return request, True
+        if len(codings) > 1:
+            # llhttp accepts "gzip, chunked"; we would hand the handler a still-encoded body.
+            head_error = HTTPNotImplemented("only the chunked transfer coding is supported")
+            request.keep_alive = False
+        elif http_version == "1.0":
+            request.keep_alive = False  # RFC 9112, 6.1: its framing is suspect; close after it
+    if http_version != "1.1" and http_version != "1.0":  # llhttp also takes 0.9 and 2.0
+        head_error = HTTPVersionNotSupported(f"HTTP/{http_version} is not supported; this server speaks HTTP/1.1")
+        request.keep_alive = False
+    if refusal is not None:
+        head_error = refusal
+        request.keep_alive = False
+    if head_error is not None:
+        request._head_error = head_error
+    return request, False
+
+
+def _is_ipv6(text: bytes) -> bool:
+    try:
+        ipaddress.IPv6Address(text.decode("ascii"))
+    except ValueError:
+        return False
+    return True
