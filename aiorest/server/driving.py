@@ -71,7 +71,8 @@ class ServedApp(AppInterface, Protocol):
 class HandlerDriver:
     """Runs the handlers of a connection's requests, one at a time, in arrival order."""
 
-    __slots__ = ()  # HttpProtocol's hold the state
+    # The driver's own state (HttpProtocol.__init__ sets it); what it reads of the connection's is below.
+    __slots__ = ("_current", "_runner", "_wake", "_suspended", "_serving", "_inline")
 
     # The connection's state this part reads and writes (HttpProtocol.__init__ sets it).
     _app: ServedApp

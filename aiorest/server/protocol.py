@@ -32,7 +32,7 @@ from typing import Any, cast
 from ..http.exceptions import ClientDisconnected, HTTPServiceUnavailable
 from ..http.limits import Limits
 from ..http.request import Request
-from ._h1 import H1Connection
+from ._h1 import H1Connection, Timeout
 from ._h1.connection import CLOSE
 from .driving import HandlerDriver, ServedApp
 from .state import ServerState
@@ -59,17 +59,11 @@ class HttpProtocol(HandlerDriver, asyncio.Protocol):
         "_queue",
         "transport",
         "peername",
-        "_current",
         "data_received",
         "_closed",
         "_reading_paused",
         "_writing_paused",
         "_drain_waiter",
-        "_runner",
-        "_wake",
-        "_suspended",
-        "_serving",
-        "_inline",
         "_context",
     )
 
@@ -86,7 +80,7 @@ class HttpProtocol(HandlerDriver, asyncio.Protocol):
         self._conn = H1Connection(app, limits, state, self, self._process)
         # asyncio hands each read to the connection itself, which calls _process once it is parsed:
         # one Python call a read fewer than a method here that passes it on.
-        self.data_received = self._conn.receive_data
+        self.data_received = self._conn.receive_data  # type: ignore[method-assign]  # on purpose, see above
         self._queue = self._conn.queue  # the connection's, kept here: one lookup fewer a request
         self.transport: asyncio.Transport | None = None
         self.peername: Any = None
@@ -253,7 +247,7 @@ class HttpProtocol(HandlerDriver, asyncio.Protocol):
         elif action is CLOSE:
             self._close()
         else:
-            assert self.transport is not None
+            assert self.transport is not None and isinstance(action, Timeout)
             write_error(
                 self.transport,
                 action.error,
