@@ -153,7 +153,9 @@ class HandlerDriver:
                 return  # it waits: _serve goes on with the queue when it is done
             if runner.cancelling():
                 forget_cancels(runner)
-        if self._current is None and not queue and conn.send_state is not ANSWERING and conn.send_state is not IDLE:
+        # Usually IDLE here, the first test: the connection stays open.
+        send_state = conn.send_state
+        if send_state is not IDLE and send_state is not ANSWERING and self._current is None and not queue:
             self._close()
 
     # Every handler runs inside a Task from its first line; how, stepping.py says.
@@ -266,8 +268,7 @@ class HandlerDriver:
                         self._access_log.log_message(request, message)
                     # _finish, for a connection that stays open
                     self._current = None
-                    conn.finish(request)
-                    if self._reading_paused and conn.want_read:
+                    if conn.finish_kept(request) and self._reading_paused:
                         self._resume_reading()
                     return
             stream = self._respond(request, result)

@@ -382,3 +382,11 @@ def test_an_abandoned_answer_closes_and_drops_the_queue():
     conn.abandon()
     assert (conn.send_state, len(conn.queue)) == (CLOSED, 0)
     assert conn.finish(conn.next_request() or Request("GET", "/", b"/", "", "1.1", [], APP)) is False
+
+
+def test_finish_kept_is_finish_for_a_kept_alive_answer():
+    conn, _ = connection()
+    conn.receive_data(GET + GET)
+    first, second = conn.queue
+    assert conn.finish_kept(first) is True and conn.send_state is ANSWERING and conn.next_request() is second
+    assert conn.finish_kept(second) is True and (conn.recv_state, conn.send_state, len(conn.queue)) == (HEAD, IDLE, 0)

@@ -1,18 +1,15 @@
 """H1Connection: one HTTP/1.1 connection's protocol state, with no I/O and no event loop.
 
-Bytes go in (``receive_data``), through llhttp (httptools), whose callbacks are
-this object's own methods: a complete head becomes a Request appended to
-``queue``, in arrival order (pipelining); framing headers, limits and the
-strictness rules of RFC 9112 are decided here. A head that cannot be served
-becomes a Request carrying the error to answer (``_head_error``), so that it
-is answered in its turn, after those before it. Body bytes go into the
-request being received; where they are read from is the body source's affair.
+Bytes go in (``receive_data``), through llhttp (httptools), whose callbacks are this object's own
+methods: a complete head becomes a Request appended to ``queue``, in arrival order (pipelining); framing
+headers, limits and the strictness rules of RFC 9112 are decided here. A head that cannot be served becomes
+a Request carrying the error to answer (``_head_error``), answered in its turn, after those before it.
+Body bytes go into the request being received; where they are read from is the body source's affair.
 
-Whoever owns the transport (protocol.py) acts on what it says: ``want_read``
-(False: a full pipeline or body buffer, or parsing stopped), ``queue[0]`` (the
-request to answer), ``connection_line`` (the close decision), ``finish`` (False:
-close now), ``check_deadline`` (None, CLOSE, or a Timeout) and ``shutdown``
-(True: close now). The two sides' states and transitions are data: states.py.
+Whoever owns the transport (protocol.py) acts on what it says: ``want_read`` (False: a full
+pipeline or body buffer, or parsing stopped), ``queue[0]`` (the request to answer), ``connection_line``
+(the close decision), ``finish`` (False: close now; ``finish_kept``, the common answer's),
+``check_deadline`` (None, CLOSE, or a Timeout) and ``shutdown`` (True: close now). States: states.py.
 """
 
 from __future__ import annotations
@@ -58,13 +55,12 @@ _ON_KEPT = {state: new for (state, event), new in SEND.items() if event == "kept
 class H1Connection:
     """One connection's HTTP/1.1 state: bytes in become Requests in ``queue``; answers are finished in order."""
 
-    # Slots: more than 30 attributes would take instances off CPython 3.11's shared-key
-    # dicts, and every attribute a request reads would cost a dict lookup.
+    # Slots: over 30 attributes leave CPython 3.11's shared-key dicts (a dict lookup per attribute read).
     __slots__ = tuple(
         "_app _limits _clock _body_source _parser recv_state send_state want_read queue _receiving _body_received "
-        "_buffered_body _refusal _url _raw_headers _head_bytes _header_bytes _in_head _has_host _checked_host "
-        "_framing _max_request_line "
-        "_max_headers _max_header_size _max_pipeline _head_since _idle_since _body_since _ready _unparsed".split()
+        "_buffered_body _refusal _url _raw_headers _head_bytes _header_bytes _in_head _has_host _checked_host _framing "
+        "_max_request_line _max_headers _max_header_size _max_pipeline _head_since _idle_since _body_since _ready "
+        "_unparsed".split()
     )
 
     def __init__(
@@ -128,9 +124,9 @@ class H1Connection:
             if self._body_since:  # a handler waits for these body bytes
                 self._body_since = self._clock.now
         else:
-            # Between requests: these bytes begin the next head (its clock starts here, not in an
-            # on_message_begin callback, a call a request), or go on with one begun in the read that
-            # ended the previous request (_url is set), timed from the answer as in check_deadline.
+            # Between requests: these bytes begin the next head (its clock starts here, not in an on_message_begin
+            # callback, a call a request), or go on with one begun in the read that ended the previous request
+            # (_url is set), timed from the answer as in check_deadline.
             self._in_head = True
             self._head_bytes = size
             if self._url and not self.queue:
@@ -215,20 +211,27 @@ class H1Connection:
         if state is CLOSED:
             self.queue.clear()
             return False
+        if request.keep_alive:
+            return self.finish_kept(request) or True
         self.queue.popleft()
+        self._drop_body(request)
+        self.send_state = SEND[state, "closed"]
+        self.queue.clear()  # what was pipelined after a Connection: close is never answered
+        return False
+
+    def finish_kept(self, request: Request) -> bool:
+        """``finish`` for a kept-alive ``request`` on an open connection (the driver's common answer); ``want_read``."""
+        queue = self.queue
+        queue.popleft()
         if request._chunks is not None or not request._body_done:
             self._drop_body(request)
-        if not request.keep_alive:
-            self.send_state = SEND[state, "closed"]
-            self.queue.clear()  # what was pipelined after a Connection: close is never answered
-            return False
-        if not self.queue:  # else the next one is answered: (kept, then request) leaves the state as it is
-            self.send_state = _ON_KEPT[state]
+        if not queue:  # else the next one is answered: (kept, then request) leaves the state as it is
+            self.send_state = _ON_KEPT[self.send_state]
         self._idle_since = self._clock.now
         self._body_since = 0.0
         if not self.want_read:
             self._update_want_read()
-        return True
+        return self.want_read
 
     def abandon(self) -> None:
         """The answer under way failed (its handler was cancelled, a bug of ours): answer nothing more."""
@@ -252,8 +255,7 @@ class H1Connection:
         limits = self._limits
         if not self.queue:
             if self._in_head or self._url:
-                # _url alone: a head that began in the bytes that ended the previous
-                # request (receive_data did not see it begin); timed from that answer.
+                # _url alone: begun in the bytes ending the previous request (unseen by receive_data); timed from then.
                 since = self._head_since if self._in_head else self._idle_since
                 if now - since > limits.head_timeout:
                     if self._head_bytes or self._url:
@@ -357,9 +359,8 @@ class H1Connection:
         self._in_head = False
         parser = self._parser
         target = self._url
-        # The common request first: HTTP/1.1 kept alive, a Host, no body framing,
-        # Expect or Connection header, a plain origin-form target, a known method.
-        # It has no body (RFC 9112, 6.3): recv stays HEAD (RECV[HEAD, "no_body"]).
+        # The common request first: HTTP/1.1 kept alive, a Host, no body framing, Expect or Connection header,
+        # a plain origin-form target, a known method. No body (RFC 9112, 6.3): recv stays HEAD (RECV[HEAD, "no_body"]).
         if (
             self._has_host
             and self._framing is None
@@ -371,9 +372,8 @@ class H1Connection:
             method = _METHODS.get(parser.get_method())
             if method is not None:
                 raw_path, _, query = target.partition(b"?")
-                # Request.__init__'s eight attributes, set here: calling a class with a
-                # Python __init__ costs CPython 3.11 about 900 instructions more
-                # (test_protocol checks that both ways make the same request).
+                # Request.__init__'s eight attributes, set here: calling a class with a Python __init__ costs
+                # CPython 3.11 about 900 instructions more (test_protocol checks both ways make the same request).
                 request = _new_object(Request)
                 request.method = method
                 request.path = raw_path.decode("latin-1")
@@ -383,8 +383,8 @@ class H1Connection:
                 request.app = self._app
                 request._raw_headers = self._raw_headers
                 request._protocol = self._body_source
-                # Without Content-Length or Transfer-Encoding a request has no body
-                # (RFC 9112, 6.3): it is complete now, and on_message_complete has nothing to do.
+                # Without Content-Length or Transfer-Encoding a request has no body (RFC 9112, 6.3): it is
+                # complete now, and on_message_complete has nothing to do.
                 request._body_done = True
                 if method != "HEAD":
                     request._plain = True
