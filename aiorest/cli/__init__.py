@@ -10,10 +10,11 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .. import __version__
+from .._support.errors import one_line
 from ..app.application import App
 from ..server.listeners import bind_tcp, bind_unix, inherited_socket, remove_unix_socket, systemd_socket
 from ..server.process.supervisor import run_workers
-from ..server.server import WORKERS_LOG_FORMAT, _one_line, run
+from ..server.server import WORKERS_LOG_FORMAT, run
 from .options import add_flags, config_from
 
 # Seconds a stopping worker has, past --graceful-timeout, for the app's shutdown before SIGKILL.
@@ -30,7 +31,7 @@ def load_app(spec: str) -> App:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # ImportError, or whatever the module's code raised (SyntaxError, ...)
-        raise SystemExit(f"aiorest: cannot import {module_name!r}: {_one_line(exc)}") from exc
+        raise SystemExit(f"aiorest: cannot import {module_name!r}: {one_line(exc)}") from exc
     try:
         app = getattr(module, attribute)
     except AttributeError:

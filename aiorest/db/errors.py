@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg2
 import psycopg2.errors
 
+from .._support.errors import first_line
 from ..http.exceptions import VALIDATION_MESSAGE, HTTPConflict, HTTPServiceUnavailable, HTTPUnprocessableEntity
 
 if TYPE_CHECKING:
@@ -148,10 +149,6 @@ def translate(exc: BaseException, sql: str) -> BaseException:
         error.constraint = exc.diag.constraint_name
         error.diagnostic = first_line(exc)
     return error
-
-
-def first_line(exc: BaseException) -> str:
-    return str(exc).strip().partition("\n")[0] or type(exc).__name__
 
 
 def nul_error(exc: Exception, params: Params) -> NulCharacter | None:

@@ -27,8 +27,9 @@ from collections.abc import Callable
 from typing import Literal
 
 from .._support.bursts import BurstLog
+from .._support.errors import first_line
 from .connection import _connect_raw, _Connection
-from .errors import DISCONNECTS, DatabaseUnavailable, PoolTimeout, first_line
+from .errors import DISCONNECTS, DatabaseUnavailable, PoolTimeout
 
 __all__ = ["Pool"]
 

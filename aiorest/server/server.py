@@ -12,6 +12,7 @@ import socket
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from .._support.errors import one_line
 from ..http.forwarded import TrustedProxies
 from ..http.limits import Limits
 from ..ops.accesslog import AccessLog
@@ -333,9 +334,9 @@ def run(
             if listening:
                 raise
             if startup_failed is not None:
-                startup_failed(_one_line(exc))
+                startup_failed(one_line(exc))
             else:
-                logger.error("startup failed: %s", _one_line(exc))
+                logger.error("startup failed: %s", one_line(exc))
             logger.debug("the startup failure's traceback", exc_info=exc)
     raise SystemExit(1)
 
@@ -351,14 +352,6 @@ def _with_keywords(function: Callable[..., object], *, after: str) -> None:
 
 _with_keywords(Server.__init__, after="config")
 _with_keywords(run, after="config")
-
-
-def _one_line(exc: BaseException) -> str:
-    """``Type: first line of the message (notes)``: an error to log in one line."""
-    lines = str(exc).strip().splitlines()
-    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-    notes = getattr(exc, "__notes__", None)
-    return f"{text} ({'; '.join(notes)})" if notes else text
 
 
 @contextlib.contextmanager
