@@ -454,20 +454,41 @@ class Request:
         waiter = self._waiter = asyncio.get_running_loop().create_future()
         return waiter
 
-    # -- fed by the protocol ---------------------------------------------------
+    # -- fed by the connection ---------------------------------------------------
+    # The server's side of the body: the connection that parsed this request feeds it
+    # here, ends it, and drops what is left once the request is answered. An app never
+    # calls these.
 
-    def _feed(self, chunk: bytes) -> None:
+    def feed_body(self, chunk: bytes) -> int:
+        """Add ``chunk`` to the body; returns how many bytes it buffered (0 once the body is dropped)."""
+        if self._discard:
+            return 0
         if self._chunks is None:
             self._chunks = deque()
         self._chunks.append(chunk)
         self._buffered += len(chunk)
         self._wake()
+        return len(chunk)
 
-    def _finish_body(self, error: BaseException | None = None) -> None:
+    def end_body(self, error: BaseException | None = None) -> None:
+        """The body is complete, or failed with ``error`` (raised to whoever reads it)."""
         if error is not None and self._body_error is None and not self._body_done:
             self._body_error = error
         self._body_done = True
         self._wake()
+
+    def drop_body(self) -> int:
+        """The request is answered: free its buffered body and discard what is still to come.
+
+        Returns how many buffered bytes it freed.
+        """
+        freed = 0
+        if self._chunks is not None:
+            freed = self._buffered
+            self._chunks = None
+        if not self._body_done:
+            self._discard = True
+        return freed
 
     def _wake(self) -> None:
         waiter = self._waiter

@@ -165,7 +165,7 @@ class H1Connection:
         self._close_after_queue()
         receiving = self._receiving
         if receiving is not None:
-            receiving._finish_body(ClientDisconnected("the client closed its side before the body ended"))
+            receiving.end_body(ClientDisconnected("the client closed its side before the body ended"))
 
     def connection_lost(self, answering: bool) -> None:
         """The transport is gone: bodies end with ClientDisconnected; nothing more is answered.
@@ -178,7 +178,7 @@ class H1Connection:
         gone = ClientDisconnected("the client closed the connection")
         for request in self.queue:
             request._protocol = None
-            request._finish_body(gone)
+            request.end_body(gone)
         if not answering:
             self.queue.clear()
 
@@ -270,7 +270,7 @@ class H1Connection:
             self._body_since = 0.0
             receiving = self._receiving
             if receiving is not None:
-                receiving._finish_body(HTTPRequestTimeout("request body not received in time"))
+                receiving.end_body(HTTPRequestTimeout("request body not received in time"))
                 receiving.keep_alive = False
             self._stop_parsing()
         return None
@@ -314,11 +314,7 @@ class H1Connection:
 
     def _drop_body(self, request: Request) -> None:
         """The request is answered: free its buffered body, discard what is still to come."""
-        if request._chunks is not None:
-            self._buffered_body -= request._buffered
-            request._chunks = None
-        if not request._body_done:
-            request._discard = True
+        self._buffered_body -= request.drop_body()
 
     # -- llhttp's callbacks ------------------------------------------------------------
 
@@ -438,15 +434,12 @@ class H1Connection:
         assert request is not None
         self._body_received += len(body)
         if self._body_received > self._limits.max_body_size:
-            request._finish_body(
+            request.end_body(
                 HTTPPayloadTooLarge(f"request body exceeds the limit of {self._limits.max_body_size} bytes")
             )
             request.keep_alive = False
             raise _StopParsing
-        if request._discard:
-            return
-        request._feed(body)
-        self._buffered_body += len(body)
+        self._buffered_body += request.feed_body(body)
         if self._buffered_body > self._limits.body_buffer:
             self.want_read = False
 
@@ -454,10 +447,7 @@ class H1Connection:
         request = self._receiving
         if request is None:
             return  # a request without a body, completed by on_headers_complete
-        if request._chunks is None and request._waiter is None:
-            request._body_done = True  # no body, nobody waiting: skip the call
-        else:
-            request._finish_body()
+        request.end_body()
         self._receiving = None
         self._body_since = 0.0
         self.recv_state = RECV[self.recv_state, "complete"]
@@ -486,7 +476,7 @@ class H1Connection:
         receiving = self._receiving
         if receiving is not None:
             # A handler reading this body gets the error; one that answered already: the connection closes.
-            receiving._finish_body(error)
+            receiving.end_body(error)
             self._receiving = None
             return
         method = "HEAD" if self._is_head(method_known) else "GET"

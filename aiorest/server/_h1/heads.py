@@ -93,7 +93,7 @@ def broken_request(method: str, error: HTTPError, app: AppInterface, body_source
     request = Request(method, "", b"", "", "1.1", [], app, body_source)
     request.keep_alive = False
     request._head_error = error
-    request._finish_body()
+    request.end_body()
     return request
 
 
