@@ -7,87 +7,21 @@ asks: a handler that never touches them does not pay for decoding them.
 from __future__ import annotations
 
 import asyncio
-from abc import abstractmethod
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 from urllib.parse import parse_qsl
 
 from .cookies import parse_cookie
 from .datastructures import Headers, MultiDict, State, raw_header, raw_header_values
-from .exceptions import ClientDisconnected, HTTPBadRequest, HTTPError
+from .exceptions import ClientDisconnected, HTTPBadRequest
 from .forwarded import Forwarded, TrustedProxies, resolve_forwarded, valid_host
+from .interfaces import AppInterface, BodySource, RouteMatch, SessionData
 from .jsonbody import bad_body, read_json_body
-from .jsoncodec import JSONCodec
-from .limits import Limits
 from .requestid import RequestId, format_request_id
 
 __all__ = ["Request", "RouteMatch", "AppInterface", "BodySource", "SessionData"]
-
-
-class AppInterface(Protocol):
-    """The app as ``request.app`` shows it to a handler: an :class:`App`.
-
-    Typed by what a request needs of it, so that the request does not depend on
-    the app's module (the app sits above it).
-    """
-
-    state: State
-    json: JSONCodec
-    limits: Limits | None  # App(limits=...), when given
-
-    def url_for(self, name: str, /, **params: Any) -> str: ...
-
-    @property
-    def static_endpoints(self) -> Mapping[str, Mapping[str, Any]]:
-        """Path → method → endpoint of the routes without parameters."""
-        ...
-
-
-class SessionData(MutableMapping[str, Any]):
-    """What :attr:`aiorest.Request.session` gives: the base of the session middleware's
-    :class:`~aiorest.sessions.Session`, here so that the request needs nothing above it."""
-
-    id: str
-
-    @abstractmethod
-    def rotate(self) -> None:
-        """A new id, the data kept (at login)."""
-
-    @abstractmethod
-    def invalidate(self) -> None:
-        """The data dropped and the cookie expired (at logout)."""
-
-
-class BodySource(Protocol):
-    """What the connection gives a request: the peer, and a way to pull body bytes."""
-
-    peername: Any
-    transport: Any
-    trusted_proxies: TrustedProxies | None  # the server's, when the peer is one of them
-
-    def body_consumed(self, size: int) -> None:
-        """A handler took ``size`` bytes out of the request's buffer (flow control)."""
-
-    def body_wait(self) -> None:
-        """A handler waits for body bytes (the body deadline runs)."""
-
-    def body_paused(self) -> bool:
-        """Whether the server reads no more of the body until a handler takes some out."""
-
-    def send_continue(self) -> None:
-        """Send ``100 Continue`` to a client that asked for it."""
-
-
-class RouteMatch(NamedTuple):
-    """What routing found for a request (:attr:`aiorest.Request.match`), set by the app before the
-    request goes through middleware: the matched route's path template, the methods its
-    path allows (for an ``OPTIONS`` answer), or the routing error (404, 405) to raise."""
-
-    template: str | None
-    allow: frozenset[str] = frozenset()
-    error: HTTPError | None = None
 
 
 def _lower(name: str | bytes) -> bytes:
@@ -101,6 +35,12 @@ class Request:
     # eight attributes, not twenty-five (measured: about 0.1 µs a request).
     path_params: Mapping[str, Any] = MappingProxyType({})
     keep_alive = True
+    #: The request's id as the server keeps it (see :attr:`id`, its text): the number of
+    #: this process's counter (an int), or the ``X-Request-ID`` bytes a trusted proxy sent.
+    #: The server sets it before the handler runs.
+    raw_id: RequestId = b"-"
+    #: What routing found (set by the app); None on the server's static fast path.
+    match: RouteMatch | None = None
     _headers: Headers | None = None
     _query: MultiDict | None = None
     _cookies: dict[str, str] | None = None
@@ -108,18 +48,16 @@ class Request:
     _chunks: deque[bytes] | None = None
     _buffered = 0
     _body: bytes | None = None
-    _body_done = False
+    # The class's values describe the server's common request, which it makes without
+    # calling __init__ (see _h1/connection.py): no body, HTTP/1.1 kept alive, no Expect.
+    # __init__ sets both for every other request.
+    _body_done = True
+    _plain = True  # whether the server may answer it the short way (driving.py)
     _body_error: BaseException | None = None
     _body_taken = False
     _waiter: asyncio.Future[None] | None = None
     _expect_continue = False
-    _head_error: HTTPError | None = None
     _discard = False
-    _plain = False
-    #: What routing found (set by the app); None on the server's static fast path.
-    match: RouteMatch | None = None
-    _id: RequestId = b"-"  # the connection sets it before the handler runs (see requestid.py)
-    _started = 0.0  # when the handler began (monotonic), for the access log
     _forwarded: Forwarded | None = None
     # set by SessionMiddleware (attach_session): opens the session on first access
     _session_opener: Callable[[Request], SessionData] | None = None
@@ -135,16 +73,32 @@ class Request:
         raw_headers: list[tuple[bytes, bytes]],
         app: AppInterface,
         protocol: BodySource | None = None,
+        *,
+        keep_alive: bool = True,
+        expect_continue: bool = False,
     ) -> None:
-        # HttpProtocol.on_headers_complete sets these same eight itself (a test checks it).
+        """A request as the server makes it from a head; its body comes through ``protocol``.
+
+        ``keep_alive``: whether the connection may stay open after it; ``expect_continue``:
+        the client sent ``Expect: 100-continue`` and waits for ``100 Continue`` before its body.
+        """
+        # H1Connection.on_headers_complete sets these same eight itself (a test checks it).
         self.method = method
         self.path = path
         self.raw_path = raw_path
         self.query_string = query_string
         self.http_version = http_version
         self.app = app
-        self._raw_headers = raw_headers
-        self._protocol = protocol
+        #: The header lines as the parser gave them: ``(name, value)`` bytes, names as the client wrote them.
+        self.raw_headers = raw_headers
+        #: The connection the request came on (its peer, its transport, the source of its body); None once it is gone.
+        self.protocol = protocol
+        self._body_done = False
+        self._plain = keep_alive and http_version == "1.1" and not expect_continue and method != "HEAD"
+        if not keep_alive:
+            self.keep_alive = False
+        if expect_continue:
+            self._expect_continue = True
 
     # -- head ---------------------------------------------------------------
 
@@ -152,7 +106,7 @@ class Request:
     def headers(self) -> Headers:
         """Request headers, case-insensitive and multi-valued."""
         if self._headers is None:
-            self._headers = Headers.from_raw(self._raw_headers)
+            self._headers = Headers.from_raw(self.raw_headers)
         return self._headers
 
     def header(self, name: str | bytes) -> str | None:
@@ -161,17 +115,12 @@ class Request:
         One pass over the header lines as the parser gave them, without building
         :attr:`headers`: what middleware uses to read a header or two.
         """
-        value = raw_header(self._raw_headers, _lower(name))
+        value = raw_header(self.raw_headers, _lower(name))
         return None if value is None else value.decode("latin-1")
 
     def header_values(self, name: str | bytes) -> list[str]:
         """Every value of header ``name`` (any case), in order; ``[]`` when absent. Like :meth:`header`."""
-        return [value.decode("latin-1") for value in raw_header_values(self._raw_headers, _lower(name))]
-
-    @property
-    def raw_headers(self) -> list[tuple[bytes, bytes]]:
-        """The header lines as the parser gave them: ``(name, value)`` bytes, names as the client wrote them."""
-        return self._raw_headers
+        return [value.decode("latin-1") for value in raw_header_values(self.raw_headers, _lower(name))]
 
     @property
     def query(self) -> MultiDict:
@@ -245,7 +194,7 @@ class Request:
         or ``Forwarded`` names (port 0 when not given); else the socket's peer.
         None for a unix socket's peer, and once the connection is gone.
         """
-        protocol = self._protocol
+        protocol = self.protocol
         if protocol is None:
             return None
         if protocol.trusted_proxies is not None:
@@ -261,7 +210,7 @@ class Request:
     def scheme(self) -> str:
         """``"http"``, or ``"https"`` when a trusted proxy says the client used it
         (``X-Forwarded-Proto`` or ``Forwarded: proto=``)."""
-        protocol = self._protocol
+        protocol = self.protocol
         if protocol is not None and protocol.trusted_proxies is not None:
             return self._forwarded_by(protocol.trusted_proxies).scheme or "http"
         return "http"
@@ -271,7 +220,7 @@ class Request:
         """The host the client asked for, ``name[:port]``: from a trusted proxy
         (``X-Forwarded-Host`` or ``Forwarded: host=``), else the ``Host`` header,
         else the address the connection arrived on. Only a valid host is taken."""
-        protocol = self._protocol
+        protocol = self.protocol
         if protocol is not None and protocol.trusted_proxies is not None:
             host = self._forwarded_by(protocol.trusted_proxies).host
             if host is not None:
@@ -296,11 +245,11 @@ class Request:
     def id(self) -> str:
         """The request's id, sent back in ``X-Request-ID`` and on every log record written
         while it is handled (``aiorest.request_id()``): the one a trusted proxy sent, or a new one."""
-        return format_request_id(self._id)
+        return format_request_id(self.raw_id)
 
     def _forwarded_by(self, proxies: TrustedProxies) -> Forwarded:
         if self._forwarded is None:
-            self._forwarded = resolve_forwarded(self._raw_headers, proxies)
+            self._forwarded = resolve_forwarded(self.raw_headers, proxies)
         return self._forwarded
 
     @property
@@ -317,7 +266,7 @@ class Request:
     @property
     def content_type(self) -> str:
         """The media type of the body, lower-cased, without parameters ('' when absent)."""
-        value = raw_header(self._raw_headers, b"content-type")
+        value = raw_header(self.raw_headers, b"content-type")
         return value.decode("latin-1").partition(";")[0].strip().lower() if value else ""
 
     def url_for(self, name: str, /, *, _external: bool = False, **params: Any) -> str:
@@ -403,9 +352,9 @@ class Request:
         """
         dropped = {_lower(name) for name in drop}
         dropped.add(b"content-length")
-        raw = [(name, value) for name, value in self._raw_headers if name.lower() not in dropped]
+        raw = [(name, value) for name, value in self.raw_headers if name.lower() not in dropped]
         raw.append((b"Content-Length", b"%d" % len(body)))
-        self._raw_headers = raw
+        self.raw_headers = raw
         self._headers = None
         self._body = body
 
@@ -414,19 +363,25 @@ class Request:
             if self._chunks:
                 chunk = self._chunks.popleft()
                 self._buffered -= len(chunk)
-                if self._protocol is not None:
-                    self._protocol.body_consumed(len(chunk))
+                if self.protocol is not None:
+                    self.protocol.body_consumed(len(chunk))
                 return chunk
             if self._body_error is not None:
                 raise self._body_error
             if self._body_done:
                 return None
-            if self._protocol is None:
+            if self.protocol is None:
                 raise ClientDisconnected("the request body is no longer available")
             try:
-                await self._more_body(self._protocol)
+                await self._more_body(self.protocol)
             finally:
                 self._waiter = None
+
+    @property
+    def waits_for_continue(self) -> bool:
+        """Whether the client still waits for ``100 Continue`` before sending its body: it sent
+        ``Expect: 100-continue``, no one has read the body yet, and the body has not arrived."""
+        return self._expect_continue and not self._body_done
 
     async def buffer_body(self) -> None:
         """Wait, taking nothing out of it, until the body is in the server's buffer:
@@ -437,13 +392,13 @@ class Request:
         The admission gate waits here before it gives a request a handler slot,
         so that a client sending its body slowly holds no slot meanwhile.
         """
-        protocol = self._protocol
+        protocol = self.protocol
         while not self._body_done and protocol is not None and not protocol.body_paused():
             try:
                 await self._more_body(protocol)
             finally:
                 self._waiter = None
-            protocol = self._protocol
+            protocol = self.protocol
 
     def _more_body(self, protocol: BodySource) -> asyncio.Future[None]:
         """What wakes when more of the body arrives (its end, an error); asks for it if the client waits for 100."""

@@ -174,8 +174,9 @@ class AccessLog:
 
     # -- on the loop -----------------------------------------------------------------
 
-    def log(self, request: Request, status: int, sent: int) -> None:
-        """Keep the record of ``request``, answered with ``status`` and ``sent`` body bytes."""
+    def log(self, request: Request, status: int, sent: int, started: float) -> None:
+        """Keep the record of ``request``, answered with ``status`` and ``sent`` body bytes; its
+        handler began at ``started`` (``time.monotonic()``)."""
         records = self._records
         if len(records) >= self._room or self._thread is None:
             self.dropped += 1
@@ -191,9 +192,9 @@ class AccessLog:
                 request.http_version,
                 status,
                 sent,
-                _monotonic() - request._started,
+                _monotonic() - started,
                 request.route_template,
-                request._id,
+                request.raw_id,
                 request.raw_headers,
             )
         )
@@ -203,9 +204,9 @@ class AccessLog:
             else:
                 self._timer = self._loop.call_later(_GATHER, self._hand_off)
 
-    def log_message(self, request: Request, message: bytes) -> None:
+    def log_message(self, request: Request, message: bytes, started: float) -> None:
         """Keep the record of ``request``, answered with ``message``: a whole response, head and body."""
-        self.log(request, int(message[9:12]), len(message) - message.find(b"\r\n\r\n") - 4)
+        self.log(request, int(message[9:12]), len(message) - message.find(b"\r\n\r\n") - 4, started)
 
     def _hand_off(self) -> None:
         """Format the records gathered into chunks of whole lines, at most PIPE_BUF bytes each

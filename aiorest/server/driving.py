@@ -1,16 +1,15 @@
 """Driving handlers: each queued request's handler, in order, inside the connection's Task.
 
-``HandlerDriver`` is the part of the connection (``HttpProtocol`` in
-protocol.py) that takes requests from the head of its queue, finds their
-endpoint through the small interface the app gives (``ServedApp``), runs the
-handler and hands what it returns to the writers (writing.py). The common
-answers (a dict, a small plain Response) are written and finished in
-``_handle`` itself; the rest go through ``_respond``.
+``HandlerDriver`` takes requests from the head of its connection's queue
+(the H1Connection, _h1/), finds their endpoint through the small interface the
+app gives (``ServedApp``), runs the handler and hands what it returns to the
+writers (writing.py). The common answers (a dict, a small plain Response) are
+written and finished in ``_handle`` itself; the rest go through ``_respond``.
 
-It is a mixin of the asyncio protocol, so that a request pays no hop from one
-object to another: the state below is the protocol's, set in its ``__init__``.
-The protocol state (the queue, the close decision, flow-control decisions)
-is the H1Connection's (_h1/), reached through its methods.
+It is an object of its own beside the asyncio protocol (protocol.py), which it
+sees through ``Wire``: the transport, whether it is closed or paused, and the
+flow-control calls. The protocol state (the queue, the close decision,
+flow-control decisions) is the H1Connection's, reached through its methods.
 """
 
 from __future__ import annotations
@@ -20,26 +19,23 @@ import contextvars
 import logging
 import time
 import types
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from contextvars import copy_context
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..http.exceptions import HTTPError
-from ..http.jsoncodec import JSONCodec
 from ..http.request import AppInterface, Request
 from ..http.requestid import request_id_var, request_numbers, valid_request_id
 from ..http.response import Response, StreamResponse, error_response, to_response
 from ._h1 import ANSWERING, IDLE, H1Connection
 from .state import ServerState
-from .stepping import DONE, forget_cancels, resume, run_task, step
+from .stepping import DONE, INLINE, forget_cancels, resume, run_task, step, stepping
 from .writing import short_answer, write_response, write_stream
 
 if TYPE_CHECKING:
     from ..http.forwarded import TrustedProxies
-    from ..ops.accesslog import AccessLog
 
-__all__ = ["HandlerDriver", "ServedApp"]
+__all__ = ["HandlerDriver", "ServedApp", "Wire"]
 
 logger = logging.getLogger("aiorest.error")
 
@@ -68,65 +64,111 @@ class ServedApp(AppInterface, Protocol):
         ...
 
 
+class Wire(Protocol):
+    """What the driver needs of the asyncio side of its connection (``HttpProtocol``)."""
+
+    closed: bool  # the transport is gone
+    reading_paused: bool
+    writing_paused: bool  # the client does not read: answer nothing more for now
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def close(self) -> None: ...
+    async def drain(self) -> None: ...
+
+
 class HandlerDriver:
     """Runs the handlers of a connection's requests, one at a time, in arrival order."""
 
-    # The driver's own state (HttpProtocol.__init__ sets it); what it reads of the connection's is below.
-    __slots__ = ("_current", "_runner", "_wake", "_suspended", "_serving", "_inline")
+    __slots__ = (
+        "_app",
+        "_static_endpoints",
+        "_codec",
+        "_dumps",
+        "_state",
+        "_access_log",
+        "_loop",
+        "_conn",
+        "_queue",
+        "_wire",
+        "_transport",
+        "_trusted_proxies",
+        "current",
+        "_started",
+        "_runner",
+        "_wake",
+        "_suspended",
+        "_serving",
+        "_inline",
+    )
 
-    # The connection's state this part reads and writes (HttpProtocol.__init__ sets it).
-    _app: ServedApp
-    _static_endpoints: Mapping[str, Mapping[str, Endpoint]]  # the app's, kept here: one lookup fewer
-    _codec: JSONCodec
-    _dumps: Callable[[Any], bytes]
-    _state: ServerState
-    _loop: asyncio.AbstractEventLoop
-    transport: asyncio.Transport | None
-    _conn: H1Connection
-    _queue: deque[Request]  # the connection's
-    _current: Request | None  # the request being answered: the queue's first
-    _closed: bool
-    _writing_paused: bool
-    _reading_paused: bool
-    # the connection's Task (see the note above _new_runner), what wakes it, the handler it is to carry on
-    _runner: asyncio.Task[None] | None
-    _wake: asyncio.Future[None] | None
-    _suspended: tuple[contextvars.Context, Generator[Any, Any, None], Any] | None
-    _serving: bool  # _serve is running _process: its Task is the current one
-    _inline: bool  # stepping.py's inline path, else a Task per request
-    _access_log: AccessLog | None  # the server's, when it writes one
-    # The server's trusted proxies when the peer is one of them (decided once, in connection_made).
-    trusted_proxies: TrustedProxies | None
+    def __init__(
+        self, app: ServedApp, state: ServerState, conn: H1Connection, wire: Wire, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._app = app
+        self._static_endpoints = app.static_endpoints  # the app's, kept here: one lookup fewer
+        self._codec = app.json
+        self._dumps = app.json.dumps
+        self._state = state
+        self._access_log = state.access_log  # the server's, when it writes one
+        self._loop = loop
+        self._conn = conn
+        self._queue = conn.queue  # the connection's, kept here: one lookup fewer a request
+        self._wire = wire
+        self._transport: asyncio.Transport | None = None
+        # The server's trusted proxies when the peer is one of them (decided once, in connection_made).
+        self._trusted_proxies: TrustedProxies | None = None
+        self.current: Request | None = None  # the request being answered: the queue's first
+        self._started = 0.0  # when its handler began (monotonic), for the access log
+        # the connection's Task (see the note above _new_runner), what wakes it, the handler it is to carry on
+        self._runner: asyncio.Task[None] | None = None
+        self._wake: asyncio.Future[None] | None = None
+        self._suspended: tuple[contextvars.Context, Generator[Any, Any, None], Any] | None = None
+        self._serving = False  # _serve is running process(): its Task is the current one
+        self._inline = stepping() == INLINE  # how handlers are stepped: see stepping.py
 
-    if TYPE_CHECKING:
+    def connection_made(self, transport: asyncio.Transport, trusted_proxies: TrustedProxies | None) -> None:
+        self._transport = transport
+        self._trusted_proxies = trusted_proxies
+        # Started now, it waits for work by the time a request arrives: a cancel
+        # that reached it before its first step would end it without a word.
+        if self._inline:
+            self._new_runner()
 
-        def _close(self) -> None: ...
-        def _finish(self, request: Request) -> None: ...
-        def _resume_reading(self) -> None: ...
-        def _pause_reading(self) -> None: ...
-        async def drain(self) -> None: ...
+    def connection_lost(self, cancel: bool) -> None:
+        """The transport is gone: the connection's Task ends; with ``cancel``, the handler is cancelled."""
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)  # _serve ends
+        if cancel and self.current is not None:
+            runner = self._runner
+            if runner is not None and not runner.done():
+                runner.cancel()  # _serve throws it into the handler; the requests queued behind are dropped
 
-    def _process(self) -> None:
+    def process(self) -> None:
         """Answer queued requests in order while none is in progress."""
         queue = self._queue
         conn = self._conn
-        if not conn.want_read and not self._reading_paused:
-            self._pause_reading()  # the connection's flow decision: a full pipeline or body buffer
+        wire = self._wire
+        if not conn.want_read and not wire.reading_paused:
+            wire.pause_reading()  # the connection's flow decision: a full pipeline or body buffer
         # While the client does not read, answer nothing more: responses would
         # pile up in the transport's buffer without bound.
         # The loop's test is also how it ends, usually on an empty queue: that first.
-        while queue and self._current is None and not self._closed and not self._writing_paused:
-            request = self._current = queue[0]
+        while queue and self.current is None and not wire.closed and not wire.writing_paused:
+            request = self.current = queue[0]
             # Its id: the one a trusted proxy sent, if it is a good one, else a new number
             # (formatted only where it is shown: see requestid.py).
-            request._id = (self.trusted_proxies is not None and valid_request_id(request._raw_headers)) or next(
+            request.raw_id = (self._trusted_proxies is not None and valid_request_id(request.raw_headers)) or next(
                 request_numbers
             )
             if self._access_log is not None:
-                request._started = _monotonic()
-            if request._head_error is not None:
-                self._respond(request, error_response(request._head_error))
-                continue
+                self._started = _monotonic()
+            if conn.head_errors:
+                error = conn.take_head_error(request)
+                if error is not None:
+                    self._respond(request, error_response(error))
+                    continue
             try:
                 # Most requests are for a route without parameters: App.begin's
                 # first step, two dict lookups, done here instead of in a call.
@@ -155,8 +197,8 @@ class HandlerDriver:
                 forget_cancels(runner)
         # Usually IDLE here, the first test: the connection stays open.
         send_state = conn.send_state
-        if send_state is not IDLE and send_state is not ANSWERING and self._current is None and not queue:
-            self._close()
+        if send_state is not IDLE and send_state is not ANSWERING and self.current is None and not queue:
+            wire.close()
 
     # Every handler runs inside a Task from its first line; how, stepping.py says.
     # On the inline path the connection keeps one Task, _serve: _process runs the
@@ -171,13 +213,13 @@ class HandlerDriver:
     def _task_done(self, task: asyncio.Task[None], request: Request) -> None:
         if self._runner is task:
             self._runner = None
-        if self._current is request:
+        if self.current is request:
             # Cancelled before its first step (the loop closing, say): nothing answered it.
-            self._current = None
+            self.current = None
             self._conn.abandon()
-            self._close()
+            self._wire.close()
             return
-        self._process()
+        self.process()
 
     def _new_runner(self) -> asyncio.Task[None]:
         runner = self._runner = self._loop.create_task(self._serve())
@@ -198,7 +240,7 @@ class HandlerDriver:
             while True:
                 suspended = self._suspended
                 if suspended is None:
-                    if self._closed:
+                    if self._wire.closed:
                         return
                     wake = self._wake = loop.create_future()
                     try:
@@ -228,7 +270,7 @@ class HandlerDriver:
     def _process_serving(self) -> None:
         self._serving = True
         try:
-            self._process()
+            self.process()
         finally:
             self._serving = False
 
@@ -237,12 +279,12 @@ class HandlerDriver:
             self._runner = None
         # _serve returns only once the connection is closed; anything else is a bug
         # of ours, or a cancellation that reached the Task before its first step.
-        if not self._closed and (self._current is not None or self._suspended is not None):
+        if not self._wire.closed and (self.current is not None or self._suspended is not None):
             if not runner.cancelled() and runner.exception() is not None:
                 logger.error("the connection's task failed", exc_info=runner.exception())
             self._suspended = None
-            self._current = None
-            self._close()
+            self.current = None
+            self._wire.close()
 
     # A generator-based coroutine, not an async def: _process steps it with
     # next() as it is, where a native coroutine needs its __await__() wrapper
@@ -250,7 +292,7 @@ class HandlerDriver:
     @types.coroutine
     def _handle(self, request: Request, coro: Awaitable[Any]) -> Generator[Any, Any, None]:
         """Run the handler and answer; a dict or a small plain Response is written here."""
-        _set_request_id(request._id)  # in the request's own context: see _process
+        _set_request_id(request.raw_id)  # in the request's own context: see process
         try:
             try:
                 # A coroutine: endpoints are async functions, and App._chain makes
@@ -259,17 +301,18 @@ class HandlerDriver:
             except Exception as exc:
                 result = yield from self._app.handle_exception(request, exc)
             conn = self._conn
+            # _plain: set when the request was made (see Request's class values).
             if request._plain and request.keep_alive and conn.send_state is ANSWERING:
                 # The common answers on a kept-alive HTTP/1.1 connection, in one write.
-                message = short_answer(result, self._state, self._dumps, request._id)
+                message = short_answer(result, self._state, self._dumps, request.raw_id)
                 if message is not None:
-                    self.transport.write(message)  # type: ignore[union-attr]
+                    self._transport.write(message)  # type: ignore[union-attr]
                     if self._access_log is not None:
-                        self._access_log.log_message(request, message)
+                        self._access_log.log_message(request, message, self._started)
                     # _finish, for a connection that stays open
-                    self._current = None
-                    if conn.finish_kept(request) and self._reading_paused:
-                        self._resume_reading()
+                    self.current = None
+                    if conn.finish_kept(request) and self._wire.reading_paused:
+                        self._wire.resume_reading()
                     return
             stream = self._respond(request, result)
             if stream is not None:
@@ -285,9 +328,16 @@ class HandlerDriver:
 
     def _abandon(self, request: Request) -> None:
         request.keep_alive = False
-        self._current = None
+        self.current = None
         self._conn.abandon()
-        self._close()
+        self._wire.close()
+
+    def _finish(self, request: Request) -> None:
+        self.current = None
+        if not self._conn.finish(request):
+            self._wire.close()
+        elif self._wire.reading_paused and self._conn.want_read:
+            self._wire.resume_reading()
 
     def _respond(self, request: Request, result: Any) -> Coroutine[Any, Any, None] | None:
         """Write the response; a StreamResponse gives back the coroutine that streams it.
@@ -297,7 +347,7 @@ class HandlerDriver:
         try:
             response = to_response(result)
             if isinstance(response, StreamResponse):
-                if not self._closed:
+                if not self._wire.closed:
                     return self._stream(request, response)
                 body: bytes | bytearray | memoryview = b""
             else:
@@ -306,24 +356,24 @@ class HandlerDriver:
             logger.error("cannot send the response to %s %s", request.method, request.path, exc_info=exc)
             response = error_response(HTTPError())
             body = response.render(self._codec)
-        if not self._closed:
-            assert self.transport is not None
+        if not self._wire.closed:
+            assert self._transport is not None
             sent = write_response(
-                self.transport,
+                self._transport,
                 response,
                 body,
                 head_request=request.method == "HEAD",
                 header_lines=self._state.header_lines,
                 connection=self._conn.connection_line(request),
-                request_id=request._id,
+                request_id=request.raw_id,
             )
             if self._access_log is not None:
-                self._access_log.log(request, response.status, sent)
+                self._access_log.log(request, response.status, sent, self._started)
         self._finish(request)
         return None
 
     async def _stream(self, request: Request, response: StreamResponse) -> None:
-        transport = self.transport
+        transport = self._transport
         assert transport is not None
         chunked = request.http_version != "1.0"
         if not chunked:
@@ -332,12 +382,12 @@ class HandlerDriver:
             sent = await write_stream(
                 transport,
                 response,
-                self.drain,
+                self._wire.drain,
                 chunked=chunked,
                 head_request=request.method == "HEAD",
                 header_lines=self._state.header_lines,
                 connection=self._conn.connection_line(request),
-                request_id=request._id,
+                request_id=request.raw_id,
             )
         except Exception:
             logger.exception("streaming the response to %s %s failed", request.method, request.path)
@@ -346,5 +396,5 @@ class HandlerDriver:
         if sent is None:
             request.keep_alive = False
         if self._access_log is not None:
-            self._access_log.log(request, response.status, sent or 0)
+            self._access_log.log(request, response.status, sent or 0, self._started)
         self._finish(request)

@@ -23,79 +23,65 @@ per request; H1Connection.check_deadline says which one applies.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import socket
-from collections.abc import Generator
 from contextvars import copy_context
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ..http.exceptions import ClientDisconnected, HTTPServiceUnavailable
 from ..http.limits import Limits
-from ..http.request import Request
 from ._h1 import H1Connection, Timeout
 from ._h1.connection import CLOSE
 from .driving import HandlerDriver, ServedApp
 from .state import ServerState
-from .stepping import INLINE, stepping
 from .writing import write_error
+
+if TYPE_CHECKING:
+    from ..http.forwarded import TrustedProxies
 
 __all__ = ["HttpProtocol", "ServerState"]  # ServerState is re-exported for the server
 
 
-class HttpProtocol(HandlerDriver, asyncio.Protocol):
-    """One client connection: its H1Connection (the protocol state), driving handlers (driving.py), the transport."""
+class HttpProtocol(asyncio.Protocol):
+    """One client connection: its H1Connection (the protocol state), its HandlerDriver (driving.py), the transport."""
 
     __slots__ = (
-        "_app",
-        "_static_endpoints",
-        "_codec",
-        "_dumps",
         "_state",
-        "_access_log",
+        "_codec",
         "trusted_proxies",
         "_limits",
         "_loop",
         "_conn",
-        "_queue",
+        "_driver",
         "transport",
         "peername",
         "data_received",
-        "_closed",
-        "_reading_paused",
-        "_writing_paused",
+        "closed",
+        "reading_paused",
+        "writing_paused",
         "_drain_waiter",
         "_context",
     )
 
     def __init__(self, app: ServedApp, state: ServerState, limits: Limits, loop: asyncio.AbstractEventLoop) -> None:
-        self._app = app
-        self._static_endpoints = app.static_endpoints
-        self._codec = app.json
-        self._dumps = app.json.dumps
         self._state = state
-        self._access_log = state.access_log
-        self.trusted_proxies = None  # the server's, if the peer is one of them: see connection_made
+        self._codec = app.json
+        self.trusted_proxies: TrustedProxies | None = None  # the server's, if the peer is one of them
         self._limits = limits
         self._loop = loop
-        self._conn = H1Connection(app, limits, state, self, self._process)
-        # asyncio hands each read to the connection itself, which calls _process once it is parsed:
+        self._conn = conn = H1Connection(app, limits, state, self)
+        self._driver = HandlerDriver(app, state, conn, self, loop)
+        # The connection calls the driver once a read is parsed.
+        conn.on_ready(self._driver.process)
+        # asyncio hands each read to the connection itself, which calls the driver once it is parsed:
         # one Python call a read fewer than a method here that passes it on.
-        self.data_received = self._conn.receive_data  # type: ignore[method-assign]  # on purpose, see above
-        self._queue = self._conn.queue  # the connection's, kept here: one lookup fewer a request
+        self.data_received = conn.receive_data  # type: ignore[method-assign]  # on purpose, see above
         self.transport: asyncio.Transport | None = None
         self.peername: Any = None
-        self._current: Request | None = None  # the request being answered: the queue's first
-        self._closed = False
+        self.closed = False
         # flow control
-        self._reading_paused = False
-        self._writing_paused = False
+        self.reading_paused = False
+        self.writing_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
-        # the connection's Task (the note above HandlerDriver._new_runner), what wakes it, the handler it is to carry on
-        self._runner: asyncio.Task[None] | None = None
-        self._wake: asyncio.Future[None] | None = None
-        self._suspended: tuple[contextvars.Context, Generator[Any, Any, None], Any] | None = None
-        self._serving = False  # _serve is running _process: its Task is the current one
-        self._inline = stepping() == INLINE  # how handlers are stepped: see stepping.py
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -115,69 +101,56 @@ class HttpProtocol(HandlerDriver, asyncio.Protocol):
             self.trusted_proxies = proxies
         # The context the connection's callbacks start from, never a request's.
         self._context = copy_context()
-        # Started now, it waits for work by the time a request arrives: a cancel
-        # that reached it before its first step would end it without a word.
-        if self._inline:
-            self._new_runner()
+        self._driver.connection_made(self.transport, self.trusted_proxies)
         if len(self._state.connections) > self._limits.max_connections:
             # Answer the first request with 503, after reading it: closing with the
             # request unread would reset the connection before the client sees the answer.
             self._conn.refuse(HTTPServiceUnavailable("too many connections", retry_after=1))
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self._closed = True
+        self.closed = True
         self._state.connections.discard(self)
-        self._conn.connection_lost(answering=self._current is not None)
+        driver = self._driver
+        self._conn.connection_lost(answering=driver.current is not None)
         gone = ClientDisconnected("the client closed the connection")
         waiter = self._drain_waiter
         if waiter is not None and not waiter.done():
             waiter.set_exception(gone)
             waiter.exception()  # retrieved: nobody may be left to await it
-        wake = self._wake
-        if wake is not None and not wake.done():
-            wake.set_result(None)  # _serve ends
-        if self._state.cancel_on_disconnect and self._current is not None:
-            self._cancel_handler()
-
-    def _cancel_handler(self) -> None:
-        """The client is gone (closed, or half-closed its side): CancelledError in the handler at its await.
-
-        Opt-in (``cancel_on_disconnect``); docs/deployment.rst says why it is off by default.
-        """
-        runner = self._runner
-        if runner is not None and not runner.done():
-            runner.cancel()  # _serve throws it into the handler; the requests queued behind are dropped
+        # cancel_on_disconnect: CancelledError in the handler at its await (opt-in;
+        # docs/deployment.rst says why it is off by default).
+        driver.connection_lost(cancel=self._state.cancel_on_disconnect)
 
     def pause_writing(self) -> None:
-        self._writing_paused = True
+        self.writing_paused = True
 
     def resume_writing(self) -> None:
-        self._writing_paused = False
+        self.writing_paused = False
         waiter = self._drain_waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
-        elif self._current is None and self._queue:
-            self._process()  # pipelined requests waited for the client to read
+        elif self._driver.current is None and self._conn.queue:
+            self._driver.process()  # pipelined requests waited for the client to read
 
     def eof_received(self) -> bool | None:
         # The client half-closed: answer what was received, then close.
         self._conn.receive_eof()
-        if self._current is None and not self._queue:
+        if self.idle:
             return False
-        if self._state.cancel_on_disconnect and self._current is not None:
+        if self._state.cancel_on_disconnect and self._driver.current is not None:
             return False  # gone, as far as this option can tell: close; connection_lost cancels the handler
         return True
 
     # -- reading: slices, flow control -----------------------------------------------
 
-    def _pause_reading(self) -> None:
-        if not self._reading_paused and self.transport is not None and not self._closed:
-            self._reading_paused = True
+    def pause_reading(self) -> None:
+        if not self.reading_paused and self.transport is not None and not self.closed:
+            self.reading_paused = True
             self.transport.pause_reading()
 
-    def _resume_reading(self) -> None:
+    def resume_reading(self) -> None:
         """The connection wants to read again (``want_read``): after the rest of the last read, if any."""
-        self._reading_paused = False
+        self.reading_paused = False
         if self._conn.has_unparsed():
             # Parse what is left of the last read before reading more; not
             # from here, which may be inside a handler reading its body.
@@ -187,19 +160,19 @@ class HttpProtocol(HandlerDriver, asyncio.Protocol):
             self.transport.resume_reading()
 
     def _feed_pending(self) -> None:
-        if self._closed:
+        if self.closed:
             return
         conn = self._conn
         conn.receive_unparsed()
         if conn.want_read and not conn.has_unparsed() and self.transport is not None:
             self.transport.resume_reading()
-        self._process()
+        self._driver.process()
 
     async def drain(self) -> None:
         """Wait until the transport's write buffer is below its high-water mark."""
-        if self._closed:
+        if self.closed:
             raise ClientDisconnected("the client closed the connection")
-        if not self._writing_paused:
+        if not self.writing_paused:
             return
         waiter = self._loop.create_future()
         self._drain_waiter = waiter
@@ -208,20 +181,13 @@ class HttpProtocol(HandlerDriver, asyncio.Protocol):
         finally:
             self._drain_waiter = None
 
-    def _finish(self, request: Request) -> None:
-        self._current = None
-        if not self._conn.finish(request):
-            self._close()
-        elif self._reading_paused and self._conn.want_read:
-            self._resume_reading()
-
-    # -- flow control and deadlines ---------------------------------------------------------
+    # -- the body source of its requests, flow control and deadlines ---------------------------
 
     def body_consumed(self, size: int) -> None:
         """A handler took ``size`` body bytes out of the buffer."""
         self._conn.body_consumed(size)
-        if self._reading_paused and self._conn.want_read:
-            self._resume_reading()
+        if self.reading_paused and self._conn.want_read:
+            self.resume_reading()
 
     def body_wait(self) -> None:
         """A handler waits for body bytes: the body deadline runs."""
@@ -229,23 +195,23 @@ class HttpProtocol(HandlerDriver, asyncio.Protocol):
 
     def body_paused(self) -> bool:
         """Whether reading is paused: no more body comes until a handler takes some (or the queue shrinks)."""
-        return self._reading_paused
+        return self.reading_paused
 
     def send_continue(self) -> None:
         """Tell a client that sent ``Expect: 100-continue`` to send its body."""
-        if self.transport is not None and not self._closed:
+        if self.transport is not None and not self.closed:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def check_deadline(self, now: float) -> None:
         """Called once a second: close or time out a connection past its deadline."""
-        if self._closed or (self.transport is not None and self.transport.is_closing()):
+        if self.closed or (self.transport is not None and self.transport.is_closing()):
             return
         action = self._conn.check_deadline(now)
         if action is None:
             if not self._conn.want_read:  # a body timed out: read nothing more
-                self._pause_reading()
+                self.pause_reading()
         elif action is CLOSE:
-            self._close()
+            self.close()
         else:
             assert self.transport is not None and isinstance(action, Timeout)
             write_error(
@@ -255,9 +221,9 @@ class HttpProtocol(HandlerDriver, asyncio.Protocol):
                 head_request=action.head_request,
                 header_lines=self._state.header_lines,
             )
-            self._close()
+            self.close()
 
-    def _close(self) -> None:
+    def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
@@ -265,9 +231,9 @@ class HttpProtocol(HandlerDriver, asyncio.Protocol):
         """Server shutdown: close after the response in flight; an idle connection now,
         or, with ``close_idle`` false, after it answers its next request (``Connection: close``).
         """
-        if self._conn.shutdown(close_idle) and self._current is None:
-            self._close()
+        if self._conn.shutdown(close_idle) and self._driver.current is None:
+            self.close()
 
     @property
     def idle(self) -> bool:
-        return self._current is None and not self._queue
+        return self._driver.current is None and not self._conn.queue

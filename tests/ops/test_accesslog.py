@@ -302,7 +302,7 @@ async def test_several_lines_go_in_one_write_only_up_to_pipe_buf(tmp_path):
     log.start()  # on the loop: the records gather, and are formatted and handed off every 10 ms
     sizes = [300, 1400, 900, 2500, 100, 3900, 700] * 20
     for index, size in enumerate(sizes):
-        log.log(logged_request(size), 200, 2)
+        log.log(logged_request(size), 200, 2, time.monotonic())
         if index == 40:  # the first ones written meanwhile, the others at stop()
             deadline = time.monotonic() + 5
             while not log.writes:
@@ -326,7 +326,7 @@ def test_stop_does_not_hang_on_a_writer_blocked_by_a_reader_that_does_not_read(t
     received = bytearray()
     try:
         for _ in range(300):  # ~1 MB of lines: far more than the pipe holds
-            log.log(logged_request(3000), 200, 2)
+            log.log(logged_request(3000), 200, 2, time.monotonic())
         time.sleep(0.1)  # the writer takes them and blocks
         started = time.monotonic()
         log.stop(timeout=0.5)

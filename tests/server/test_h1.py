@@ -46,7 +46,7 @@ def body(request: Request) -> bytes:
 
 
 def error_bytes(conn: H1Connection, request: Request) -> bytes:
-    error = conn.head_error(request)
+    error = conn.take_head_error(request)
     assert error is not None
     out = Lines()
     write_error(out, error, APP.json, head_request=request.method == "HEAD", header_lines="")  # type: ignore[arg-type]
@@ -54,7 +54,7 @@ def error_bytes(conn: H1Connection, request: Request) -> bytes:
 
 
 def status(conn: H1Connection, request: Request) -> int:
-    error = conn.head_error(request)
+    error = conn.head_errors.get(request)
     return 200 if error is None else error.status
 
 

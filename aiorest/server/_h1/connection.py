@@ -3,7 +3,7 @@
 Bytes go in (``receive_data``), through llhttp (httptools), whose callbacks are this object's own
 methods: a complete head becomes a Request appended to ``queue``, in arrival order (pipelining); framing
 headers, limits and the strictness rules of RFC 9112 are decided here. A head that cannot be served becomes
-a Request carrying the error to answer (``_head_error``), answered in its turn, after those before it.
+a Request whose error to answer is kept in ``head_errors``; it is answered in its turn, after those before it.
 Body bytes go into the request being received; where they are read from is the body source's affair.
 
 Whoever owns the transport (protocol.py) acts on what it says: ``want_read`` (False: a full
@@ -57,7 +57,8 @@ class H1Connection:
 
     # Slots: over 30 attributes leave CPython 3.11's shared-key dicts (a dict lookup per attribute read).
     __slots__ = tuple(
-        "_app _limits _clock _body_source _parser recv_state send_state want_read queue _receiving _body_received "
+        "_app _limits _clock _body_source _parser recv_state send_state want_read queue head_errors _receiving "
+        "_body_received "
         "_buffered_body _refusal _url _raw_headers _head_bytes _header_bytes _in_head _has_host _checked_host _framing "
         "_max_request_line _max_headers _max_header_size _max_pipeline _head_since _idle_since _body_since _ready "
         "_unparsed".split()
@@ -84,6 +85,8 @@ class H1Connection:
         self.want_read = True
         # requests received, in order; the first is the one being answered
         self.queue: deque[Request] = deque()
+        # the queued requests whose head cannot be served: the error to answer instead of running a handler
+        self.head_errors: dict[Request, HTTPError] = {}
         self._receiving: Request | None = None  # the request whose body is arriving
         self._body_received = 0
         self._buffered_body = 0  # body bytes received and not yet taken by a handler
@@ -106,6 +109,10 @@ class H1Connection:
         self._head_since = clock.now
         self._idle_since = clock.now
         self._body_since = 0.0
+
+    def on_ready(self, ready: Callable[[], None]) -> None:
+        """Call ``ready`` after each read is parsed (instead of the one given to __init__)."""
+        self._ready = ready
 
     # -- events in -------------------------------------------------------------------
 
@@ -177,10 +184,10 @@ class H1Connection:
         self.want_read = False
         gone = ClientDisconnected("the client closed the connection")
         for request in self.queue:
-            request._protocol = None
+            request.protocol = None
             request.end_body(gone)
         if not answering:
-            self.queue.clear()
+            self._clear_queue()
 
     def refuse(self, error: HTTPError) -> None:
         """Answer the first request with ``error`` (after reading its head), then close: past max_connections."""
@@ -190,13 +197,13 @@ class H1Connection:
         """The request to answer now, the queue's head (the driver, on its hot path, reads ``queue[0]``)."""
         return self.queue[0] if self.queue else None
 
-    def head_error(self, request: Request) -> HTTPError | None:
-        """The error to answer instead of running a handler: the head could not be served."""
-        return request._head_error
+    def take_head_error(self, request: Request) -> HTTPError | None:
+        """The error to answer instead of running ``request``'s handler (its head could not be served), forgotten."""
+        return self.head_errors.pop(request, None)
 
     def connection_line(self, request: Request) -> str:
         """The Connection line of the answer to ``request``: whether the connection stays open is decided here."""
-        if request._expect_continue and not request._body_done:
+        if request.waits_for_continue:
             request.keep_alive = False  # the client waits for 100 Continue; its body may never come
         if not request.keep_alive or (self.send_state is CLOSING and len(self.queue) <= 1):
             request.keep_alive = False
@@ -209,21 +216,22 @@ class H1Connection:
         """``request`` (the queue's head) is answered; False: close the connection now."""
         state = self.send_state
         if state is CLOSED:
-            self.queue.clear()
+            self._clear_queue()
             return False
         if request.keep_alive:
             return self.finish_kept(request) or True
         self.queue.popleft()
         self._drop_body(request)
         self.send_state = SEND[state, "closed"]
-        self.queue.clear()  # what was pipelined after a Connection: close is never answered
+        self._clear_queue()  # what was pipelined after a Connection: close is never answered
         return False
 
     def finish_kept(self, request: Request) -> bool:
         """``finish`` for a kept-alive ``request`` on an open connection (the driver's common answer); ``want_read``."""
         queue = self.queue
         queue.popleft()
-        if request._chunks is not None or not request._body_done:
+        # Its body is buffered or still arriving (a superset: the bytes may be a later request's).
+        if self._buffered_body or request is self._receiving:
             self._drop_body(request)
         if not queue:  # else the next one is answered: (kept, then request) leaves the state as it is
             self.send_state = _ON_KEPT[self.send_state]
@@ -236,7 +244,7 @@ class H1Connection:
     def abandon(self) -> None:
         """The answer under way failed (its handler was cancelled, a bug of ours): answer nothing more."""
         self.send_state = SEND[self.send_state, "abandon"]
-        self.queue.clear()
+        self._clear_queue()
 
     def body_consumed(self, size: int) -> None:
         """A handler took ``size`` body bytes out of the buffer (``want_read`` may become True)."""
@@ -312,6 +320,10 @@ class H1Connection:
             if self._body_since:  # the body's clock stood still while the server did not read
                 self._body_since = self._clock.now
 
+    def _clear_queue(self) -> None:
+        self.queue.clear()
+        self.head_errors.clear()
+
     def _drop_body(self, request: Request) -> None:
         """The request is answered: free its buffered body, discard what is still to come."""
         self._buffered_body -= request.drop_body()
@@ -366,7 +378,7 @@ class H1Connection:
             and _PERCENT not in target  # an int: b"%" would raise and catch a TypeError inside
         ):
             method = _METHODS.get(parser.get_method())
-            if method is not None:
+            if method is not None and method != "HEAD":
                 raw_path, _, query = target.partition(b"?")
                 # Request.__init__'s eight attributes, set here: calling a class with a Python __init__ costs
                 # CPython 3.11 about 900 instructions more (test_protocol checks both ways make the same request).
@@ -377,13 +389,11 @@ class H1Connection:
                 request.query_string = query.decode("latin-1")
                 request.http_version = "1.1"
                 request.app = self._app
-                request._raw_headers = self._raw_headers
-                request._protocol = self._body_source
+                request.raw_headers = self._raw_headers
+                request.protocol = self._body_source
                 # Without Content-Length or Transfer-Encoding a request has no body (RFC 9112, 6.3): it is
-                # complete now, and on_message_complete has nothing to do.
-                request._body_done = True
-                if method != "HEAD":
-                    request._plain = True
+                # complete now, and on_message_complete has nothing to do. Request's class values say so,
+                # and that it may be answered the short way: a HEAD takes the general path (_head_complete).
                 queue = self.queue
                 queue.append(request)
                 self.send_state = _ON_REQUEST[self.send_state]
@@ -409,7 +419,7 @@ class H1Connection:
     def _head_complete(self, parser: httptools.HttpRequestParser, target: bytes) -> None:
         """on_headers_complete for every other request (all those with a body among them)."""
         self._body_received = 0
-        request, stop = general_request(
+        request, error, stop = general_request(
             parser,
             target,
             self._app,
@@ -421,6 +431,8 @@ class H1Connection:
             refusal=self._refusal,
         )
         self.queue.append(request)
+        if error is not None:
+            self.head_errors[request] = error
         self.send_state = _ON_REQUEST[self.send_state]
         self._receiving = request
         self.recv_state = RECV[self.recv_state, "body"]  # on_message_complete may follow at once: HEAD again
@@ -480,7 +492,9 @@ class H1Connection:
             self._receiving = None
             return
         method = "HEAD" if self._is_head(method_known) else "GET"
-        self.queue.append(broken_request(method, error, self._app, self._body_source))
+        request = broken_request(method, self._app, self._body_source)
+        self.queue.append(request)
+        self.head_errors[request] = error
         self.send_state = _ON_REQUEST[self.send_state]
 
     def _is_head(self, method_known: bool) -> bool:

@@ -84,15 +84,13 @@ def parse_failure(exc: Exception) -> tuple[HTTPError | None, bool]:
     return HTTPBadRequest(f"malformed request: {exc}"), not isinstance(exc, httptools.HttpParserInvalidMethodError)
 
 
-def broken_request(method: str, error: HTTPError, app: AppInterface, body_source: BodySource | None) -> Request:
-    """A stand-in for a request whose head could not be parsed, to answer ``error`` and close.
+def broken_request(method: str, app: AppInterface, body_source: BodySource | None) -> Request:
+    """A stand-in for a request whose head could not be parsed, to answer an error for and close.
 
     A HEAD keeps its method when the parser got that far, so that its answer has
     no body: the client would read the body as the start of the next response.
     """
-    request = Request(method, "", b"", "", "1.1", [], app, body_source)
-    request.keep_alive = False
-    request._head_error = error
+    request = Request(method, "", b"", "", "1.1", [], app, body_source, keep_alive=False)
     request.end_body()
     return request
 
@@ -155,21 +153,20 @@ def general_request(
     has_host: bool,
     framing: Framing,
     refusal: HTTPError | None,
-) -> tuple[Request, bool]:
-    """The Request for a head off the common path, and whether to read nothing more after it.
+) -> tuple[Request, HTTPError | None, bool]:
+    """The Request for a head off the common path, the error to answer instead of running its
+    handler (None: the head can be served), and whether to read nothing more after it.
 
-    A head that cannot be served gives a Request carrying the error (``_head_error``)
-    and, if the connection must not go on, ``keep_alive`` False.
+    A head that cannot be served gives an error and, if the connection must not go
+    on, a Request whose ``keep_alive`` is False.
     """
     content_length = framing.content_length
-    expect_continue = framing.expect_continue
     transfer_encoding = framing.transfer_encoding
     method = parser.get_method()
     keep_alive = parser.should_keep_alive()
     # Formatting the version costs 0.2 µs; without a Connection header, only
     # HTTP/1.1 is kept alive, so the common case needs no formatting.
     http_version = "1.1" if keep_alive and not framing.connection else parser.get_http_version()
-    head_error: HTTPError | None = None
     if not target.startswith(b"/"):
         target = origin_form(target)
     if b"?" in target:
@@ -178,11 +175,14 @@ def general_request(
     else:
         raw_path, query = target, ""
     path = raw_path.decode("latin-1")
+    error, keep_alive, stop = _head_error(
+        http_version, content_length, transfer_encoding, max_body_size, has_host, refusal, keep_alive
+    )
     if "%" in path:
         try:
             path = unquote(path, errors="strict")
         except UnicodeDecodeError:
-            head_error = HTTPBadRequest("request path is not valid UTF-8 after percent-decoding")
+            error = error or HTTPBadRequest("request path is not valid UTF-8 after percent-decoding")
     request = Request(
         _METHODS.get(method) or method.decode("ascii"),
         path,
@@ -192,46 +192,49 @@ def general_request(
         raw_headers,
         app,
         body_source,
+        keep_alive=keep_alive,
+        expect_continue=framing.expect_continue and http_version == "1.1",
     )
-    if not keep_alive:
-        request.keep_alive = False
-    elif http_version == "1.1" and not expect_continue and method != b"HEAD":
-        request._plain = True  # may take the fast path in the driver
-    if expect_continue and http_version == "1.1":
-        request._expect_continue = True
+    return request, error, stop
+
+
+def _head_error(
+    http_version: str,
+    content_length: int | None,
+    transfer_encoding: bytes | None,
+    max_body_size: int,
+    has_host: bool,
+    refusal: HTTPError | None,
+    keep_alive: bool,
+) -> tuple[HTTPError | None, bool, bool]:
+    """What RFC 9112 and the limits say of a head: the error to answer (None: none), whether the
+    connection may stay open after it, and whether to read nothing more (its body's length is unknown)."""
     if content_length is not None and content_length > max_body_size:
-        request._head_error = HTTPPayloadTooLarge(
-            f"request body of {content_length} bytes exceeds the limit of {max_body_size}"
-        )
-        request.keep_alive = False
-        return request, True
+        message = f"request body of {content_length} bytes exceeds the limit of {max_body_size}"
+        return HTTPPayloadTooLarge(message), False, True
+    error: HTTPError | None = None
     if http_version == "1.1" and not has_host:
-        head_error = HTTPBadRequest("an HTTP/1.1 request needs a Host header")  # RFC 9112, 3.2
-        request.keep_alive = False
+        error = HTTPBadRequest("an HTTP/1.1 request needs a Host header")  # RFC 9112, 3.2
+        keep_alive = False
     if transfer_encoding is not None:
         codings = [coding.strip().lower() for coding in transfer_encoding.split(b",")]
         if codings[-1] != b"chunked":
             # RFC 9112, 6.3: the body's length cannot be known; 400, and read no more.
-            request._head_error = HTTPBadRequest(
-                "the last transfer coding of a request must be chunked; its body length cannot be known"
-            )
-            request.keep_alive = False
-            return request, True
+            message = "the last transfer coding of a request must be chunked; its body length cannot be known"
+            return HTTPBadRequest(message), False, True
         if len(codings) > 1:
             # llhttp accepts "gzip, chunked"; we would hand the handler a still-encoded body.
-            head_error = HTTPNotImplemented("only the chunked transfer coding is supported")
-            request.keep_alive = False
+            error = HTTPNotImplemented("only the chunked transfer coding is supported")
+            keep_alive = False
         elif http_version == "1.0":
-            request.keep_alive = False  # RFC 9112, 6.1: its framing is suspect; close after it
+            keep_alive = False  # RFC 9112, 6.1: its framing is suspect; close after it
     if http_version != "1.1" and http_version != "1.0":  # llhttp also takes 0.9 and 2.0
-        head_error = HTTPVersionNotSupported(f"HTTP/{http_version} is not supported; this server speaks HTTP/1.1")
-        request.keep_alive = False
+        error = HTTPVersionNotSupported(f"HTTP/{http_version} is not supported; this server speaks HTTP/1.1")
+        keep_alive = False
     if refusal is not None:
-        head_error = refusal
-        request.keep_alive = False
-    if head_error is not None:
-        request._head_error = head_error
-    return request, False
+        error = refusal
+        keep_alive = False
+    return error, keep_alive, False
 
 
 def _is_ipv6(text: bytes) -> bool:
