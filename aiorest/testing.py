@@ -31,7 +31,7 @@ from .server.server import Server
 __all__ = ["TestClient", "AiorestTestServer"]
 
 #: Seconds a test server gives the requests in flight when it stops.
-STOP_TIMEOUT = 5.0
+_STOP_TIMEOUT = 5.0
 
 
 class TestClient:
@@ -59,7 +59,7 @@ class TestClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
-        await self.server.stop(timeout=STOP_TIMEOUT)
+        await self.server.stop(timeout=_STOP_TIMEOUT)
 
     async def __aenter__(self) -> TestClient:
         await self.start()
@@ -135,8 +135,9 @@ class AiorestTestServer(BaseTestServer):
         **server_options: Any,
     ) -> None:
         super().__init__(scheme=scheme, host=host, port=port, skip_url_asserts=skip_url_asserts)
+        #: The aiorest App served (aiohttp's ``client.app`` too).
         self.app = app
-        # Unknown options fail here, where the test names them, rather than when the client starts.
+        #: The server's options (unknown ones fail here, where the test names them, not when it starts).
         self.config = ServerConfig.of(None, server_options, what="AiorestTestServer()")
         #: aiorest's :class:`~aiorest.server.Server`, once started.
         self.server: Server | None = None
@@ -158,9 +159,9 @@ class AiorestTestServer(BaseTestServer):
         return self.server is not None
 
     async def close(self) -> None:
-        """Stop the server (requests in flight get ``STOP_TIMEOUT`` seconds) and run the app's shutdown."""
+        """Stop the server (requests in flight get 5 seconds) and run the app's shutdown."""
         if self.server is not None and not self.closed:
-            await self.server.stop(timeout=STOP_TIMEOUT)
+            await self.server.stop(timeout=_STOP_TIMEOUT)
             self._root = None
             self.port = None
             self._closed = True
