@@ -9,10 +9,15 @@ The fixture is a factory: each call starts the app (startup hooks included) on
 a free port; every client is closed, and the app shut down, after the test.
 It is an async fixture of pytest-asyncio's, so it runs on the test's own loop
 (no ``event_loop`` fixture involved).
+
+With pytest-aiohttp loaded, the plugin also registers ``_pytest_aiohttp``, whose
+``aiohttp_client`` and ``aiohttp_server`` take an aiorest App as well as what
+pytest-aiohttp's take (that module says why they override pytest-aiohttp's).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -53,3 +58,13 @@ else:  # pragma: no cover
     @pytest.fixture(name="aiorest_client")
     def aiorest_client() -> None:
         pytest.fail("the aiorest_client fixture needs pytest-asyncio: pip install '.[testing]' in aiorest's checkout")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Registered now, after every plugin pytest loaded at start, its fixtures come after
+    # pytest-aiohttp's of the same names, and so override them (a conftest.py's still win).
+    aiohttp_plugin = sys.modules.get("pytest_aiohttp.plugin")
+    if aiohttp_plugin is not None and config.pluginmanager.is_registered(aiohttp_plugin):
+        from . import _pytest_aiohttp
+
+        config.pluginmanager.register(_pytest_aiohttp, "aiorest._pytest_aiohttp")

@@ -7,20 +7,31 @@
 
 The client is an ``aiohttp.ClientSession`` bound to the server's URL; each
 method returns aiohttp's response. aiohttp is needed (aiorest's ``testing`` extra).
+
+:class:`AiorestTestServer` serves an App the same way for aiohttp's own test
+client, and so for pytest-aiohttp: ``await aiohttp_client(AiorestTestServer(app))``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from types import TracebackType
 from typing import Any
 
 import aiohttp
+from aiohttp.test_utils import BaseTestServer
+from aiohttp.web import BaseRunner
+from yarl import URL
 
 from .app.application import App
 from .http.limits import Limits
+from .server.config import ServerConfig
 from .server.server import Server
 
-__all__ = ["TestClient"]
+__all__ = ["TestClient", "AiorestTestServer"]
+
+#: Seconds a test server gives the requests in flight when it stops.
+_STOP_TIMEOUT = 5.0
 
 
 class TestClient:
@@ -48,7 +59,7 @@ class TestClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
-        await self.server.stop(timeout=5.0)
+        await self.server.stop(timeout=_STOP_TIMEOUT)
 
     async def __aenter__(self) -> TestClient:
         await self.start()
@@ -97,3 +108,63 @@ class TestClient:
 
     def options(self, path: str, **kwargs: Any) -> Any:
         return self.request("OPTIONS", path, **kwargs)
+
+
+class AiorestTestServer(BaseTestServer):
+    """Serves ``app`` on aiorest's server, on 127.0.0.1 and a free port, for aiohttp's test client.
+
+    aiohttp's :class:`~aiohttp.test_utils.TestClient`, and so pytest-aiohttp's
+    ``aiohttp_client`` fixture, take any :class:`~aiohttp.test_utils.BaseTestServer`:
+    ``client = await aiohttp_client(AiorestTestServer(app))``. Starting it runs the
+    app's startup and listens; closing it (the client does) stops the server and
+    runs the app's shutdown.
+
+    ``server_options`` are :class:`~aiorest.server.ServerConfig` fields
+    (``limits=``, ``max_concurrency=``, ``health=`` ...); those given to
+    :meth:`start_server` replace them. There is no TLS: ``scheme`` is ``http``.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        scheme: str = "",
+        skip_url_asserts: bool = False,
+        **server_options: Any,
+    ) -> None:
+        super().__init__(scheme=scheme, host=host, port=port, skip_url_asserts=skip_url_asserts)
+        #: The aiorest App served (aiohttp's ``client.app`` too).
+        self.app = app
+        #: The server's options (unknown ones fail here, where the test names them, not when it starts).
+        self.config = ServerConfig.of(None, server_options, what="AiorestTestServer()")
+        #: aiorest's :class:`~aiorest.server.Server`, once started.
+        self.server: Server | None = None
+
+    async def start_server(self, loop: asyncio.AbstractEventLoop | None = None, **server_options: Any) -> None:
+        """Run the app's startup and listen (on the running loop: aiohttp's ``loop`` is not used)."""
+        if self.server is not None:
+            return
+        config = ServerConfig.of(self.config, server_options, what="AiorestTestServer.start_server()")
+        server = Server(self.app, config, host=self.host, port=self.port or 0)
+        await server.start()
+        self.server = server
+        self.port = server.port
+        self.scheme = self.scheme or "http"
+        self._root = URL.build(scheme=self.scheme, host=self.host, port=self.port)
+
+    @property
+    def started(self) -> bool:
+        return self.server is not None
+
+    async def close(self) -> None:
+        """Stop the server (requests in flight get 5 seconds) and run the app's shutdown."""
+        if self.server is not None and not self.closed:
+            await self.server.stop(timeout=_STOP_TIMEOUT)
+            self._root = None
+            self.port = None
+            self._closed = True
+
+    async def _make_runner(self, **kwargs: Any) -> BaseRunner:
+        raise TypeError("AiorestTestServer serves with aiorest's Server, not with an aiohttp runner")

@@ -315,6 +315,21 @@ async def exercise_test_ping(module: ModuleType, aiorest_client: Any) -> None:
     await module.test_ping(aiorest_client)
 
 
+async def exercise_test_ping_aiohttp(module: ModuleType, aiohttp_client: Any) -> None:
+    # The same, with pytest-aiohttp's aiohttp_client (as aiorest's plugin teaches it aiorest Apps). Each
+    # test's clients are closed after it, as pytest would: the example's tests share one App.
+    clients: list[Any] = []
+
+    async def client_for_this_test(*args: Any, **kwargs: Any) -> Any:
+        clients.append(await aiohttp_client(*args, **kwargs))
+        return clients[-1]
+
+    for test in (module.test_ping, module.test_server_and_client_options, module.test_ping_with_an_explicit_server):
+        await test(client_for_this_test)
+        while clients:
+            await clients.pop().close()
+
+
 async def exercise_inventory(module: ModuleType, client: Any) -> None:
     async with client.post("/stock/apple") as response:
         assert response.status == 200 and await response.json() == {"sku": "apple", "qty": 0}
@@ -569,6 +584,7 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "lifecycle": exercise_lifecycle,
     "limits": exercise_limits,
     "test_ping": exercise_test_ping,
+    "test_ping_aiohttp": exercise_test_ping_aiohttp,
     "typed_orders": exercise_typed_orders,
     "openapi_docs": exercise_openapi_docs,
     "cors": exercise_cors,
@@ -585,7 +601,11 @@ def test_every_example_is_exercised() -> None:
 
 @pytest.mark.parametrize("name", sorted(EXERCISES))
 async def test_example(
-    name: str, aiorest_client: Any, caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest
+    name: str,
+    aiorest_client: Any,
+    aiohttp_client: Any,
+    caplog: pytest.LogCaptureFixture,
+    request: pytest.FixtureRequest,
 ) -> None:
     if name == "inventory":  # needs PostgreSQL: a fresh database, through $DATABASE_URL
         monkeypatch = request.getfixturevalue("monkeypatch")
@@ -597,6 +617,8 @@ async def test_example(
         await exercise(module, None)
     elif name == "test_ping":
         await exercise(module, aiorest_client)
+    elif name == "test_ping_aiohttp":
+        await exercise(module, aiohttp_client)
     elif name == "errors":
         await exercise(module, await aiorest_client(module.app), caplog)
     elif name == "behind_proxy":  # serves itself: the proxy setting is the server's

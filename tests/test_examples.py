@@ -1,10 +1,10 @@
-"""The examples in examples/ work as documented."""
+"""The examples in examples/ work as documented, tested as an aiohttp.web user would (pytest-aiohttp)."""
 
 from examples.hello import app
 
 
-async def test_hello_example(aiorest_client):
-    client = await aiorest_client(app)
+async def test_hello_example(aiohttp_client):
+    client = await aiohttp_client(app)
     async with client.get("/") as response:
         assert response.status == 200
         assert await response.json() == {"message": "Hello, World!"}

@@ -30,6 +30,7 @@ RANK = {
     "cli": 9,
     "testing": 9,
     "pytest_plugin": 9,
+    "_pytest_aiohttp": 9,
 }
 #: db sits beside the stack: it may import only these.
 BESIDE = {"db": {"_support", "http"}}

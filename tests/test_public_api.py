@@ -63,7 +63,7 @@ DOCUMENTED = {
         "PostgresStore",
         "stored_id",
     ],
-    "aiorest.testing": ["TestClient"],
+    "aiorest.testing": ["TestClient", "AiorestTestServer"],
     "aiorest.migrations": ["Migration", "MigrationError", "load_migrations", "migrate", "migration_status"],
     "aiorest.jsoncodec": ["JSONCodec", "get_codec"],
     "aiorest.cli": ["main", "load_app"],
