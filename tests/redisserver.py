@@ -1,64 +1,23 @@
-"""A redis-server of a test's own, on a free port: started, stopped and started again by the test.
+"""A redis-server of a test's own (bench.process.RedisServer): the test may stop and start it again.
 
 The machine's Redis (6379) is shared; a test that stops Redis stops only one it started.
+A machine without redis-server skips the test (.ci/run installs it).
 """
 
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
-import time
-from types import TracebackType
 
 import pytest
 
-from bench.process import free_port
+from bench.process import RedisServer as _RedisServer
+from bench.process import redis_answers as answers
+
+__all__ = ["RedisServer", "answers"]
 
 
-def answers(port: int) -> bool:
-    """Whether a Redis on 127.0.0.1:port answers PING."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-class RedisServer:
-    """``redis-server`` on 127.0.0.1 (no persistence); ``stop()`` and ``start()`` keep the port."""
-
+class RedisServer(_RedisServer):
     def __init__(self) -> None:
         if shutil.which("redis-server") is None:
             pytest.skip("redis-server is not installed (Debian package redis-server)")
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> RedisServer:
-        command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-        for _ in range(100):
-            if answers(self.port):
-                return self
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"redis-server did not answer on port {self.port}")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(timeout=10)
-            self.process = None
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        super().__init__()
