@@ -30,6 +30,7 @@ DOCUMENTED = {
         "AnyIdentity",
         "Auth",
         "BearerTokenIdentity",
+        "Hit",
         "LimitStore",
         "LimitStoreUnavailable",
         "LoginRateLimiter",
