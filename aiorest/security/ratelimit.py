@@ -14,7 +14,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Generator
 from types import TracebackType
-from typing import Literal
+from typing import Literal, NoReturn
 
 from .._support.bursts import BurstLog, failing
 from ..http.exceptions import HTTPServiceUnavailable, HTTPTooManyRequests
@@ -53,6 +53,19 @@ class _Window:
     def __init__(self, start: float) -> None:
         self.start = start
         self.count = 0
+
+
+class _InStore(OrderedDict[str, _Window]):
+    """The memory table of a rate limit that counts in a store: reading it says what to call instead."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def _refuse(self, *args: object) -> NoReturn:
+        raise TypeError(f"rate limit {self.name!r} counts in a shared store: use its a-methods (await limit.ahit(...))")
+
+    get = pop = _refuse  # type: ignore[assignment]
 
 
 class RateLimit:
@@ -107,23 +120,19 @@ class RateLimit:
         self.store = store
         self.name = name or ""
         self.on_store_failure = on_store_failure
-        # by the start of their window, oldest first: the first is the one to forget first
-        self._windows: OrderedDict[str, _Window] = OrderedDict()
+        # by the start of their window, oldest first: the first is the one to forget first. With a store,
+        # a table that refuses to be read: the memory methods fail clearly, at no cost to them without one.
+        self._windows: OrderedDict[str, _Window] = OrderedDict() if store is None else _InStore(self.name)
 
     def __len__(self) -> int:
         """How many keys are kept (in this process's memory)."""
         return len(self._windows)
-
-    def _shared(self, method: str) -> TypeError:
-        return TypeError(f"rate limit {self.name!r} counts in a shared store: use 'await limit.a{method}(...)'")
 
     def hit(self, key: str) -> object:
         """Count a hit of ``key``; 429 over the limit, 503 when full (see the class).
 
         Returns a receipt for :meth:`refund`. In memory only (TypeError with a store).
         """
-        if self.store is not None:
-            raise self._shared("hit")
         now = self.clock()
         key = _bounded(key)
         window = self._windows.get(key)
@@ -153,16 +162,12 @@ class RateLimit:
 
     def refund(self, key: str, receipt: object) -> None:
         """Take back the hit :meth:`hit` returned ``receipt`` for, if its window is still the key's."""
-        if self.store is not None:
-            raise self._shared("refund")
         window = self._windows.get(_bounded(key))
         if window is not None and window is receipt and window.count > 0:
             window.count -= 1
 
     def reset(self, key: str) -> None:
         """Forget the key's count."""
-        if self.store is not None:
-            raise self._shared("reset")
         self._windows.pop(_bounded(key), None)
 
     async def ahit(self, key: str) -> object:

@@ -152,8 +152,10 @@ async def test_the_login_limiter_in_a_store(store: LimitStore) -> None:
 
 def test_the_memory_methods_name_the_async_ones_with_a_store(redis_limits: RedisLimitStore) -> None:
     limiter = LoginRateLimiter(store=redis_limits)
-    with pytest.raises(TypeError, match=r"await limit\.ahit"):
-        limiter.check("ada", None)
+    for call in (lambda: limiter.check("ada", None), lambda: limiter.reset("ada")):
+        with pytest.raises(TypeError, match=r"counts in a shared store: use its a-methods \(await limit\.ahit"):
+            call()
+    assert len(limiter.accounts) == 0
     with pytest.raises(ValueError, match="needs a name"):
         RateLimit(1, 60, store=redis_limits)
     with pytest.raises(ValueError, match="on_store_failure"):
