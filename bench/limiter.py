@@ -34,7 +34,7 @@ from aiorest.auth import LimitStore, LoginRateLimiter, PostgresLimitStore, RateL
 from aiorest.db import Database
 from aiorest.migrations import migrate
 from bench.process import RedisServer, ServerError
-from bench.stats import median, summarise
+from bench.stats import median, paired_ratio, summarise
 
 KEYS = 1000  # distinct keys the checks cycle over, under a limit none of them reaches
 
@@ -137,6 +137,18 @@ async def main(rounds: int, checks: int, redis_url: str, dsn: str | None) -> Non
             s = summarise(samples[name])
             low, high = s.ci_low, s.ci_high
             print(f"| {name} | {s.mean:.2f} | {s.std:.2f} | {low:.2f} – {high:.2f} | {median(samples[name]):.2f} |")
+        print("\nPaired per round, a check against a bare round trip to its store (the steadier figure here):\n")
+        print("| ratio | mean | 95% CI |")
+        print("|---|---:|---|")
+        for store, bare in (
+            ("redis", "redis: PING (a bare round trip)"),
+            ("postgres", "postgres: SELECT 1 (a bare round trip)"),
+        ):
+            if bare not in samples:
+                continue
+            for check in (f"{store}: await ahit", f"{store}: await acheck (login: 2 limits)"):
+                r = paired_ratio(samples[check], samples[bare])
+                print(f"| {check} / {bare.split(' (')[0]} | {r.mean:.2f} | {r.ci_low:.2f} – {r.ci_high:.2f} |")
     finally:
         for store in stores.values():
             if store is not None:

@@ -1,7 +1,8 @@
 """Users of the notes: register, log in and out, and tokens for API clients.
 
 A browser logs in with ``POST /login`` and gets a session cookie (the session
-lives in PostgreSQL, in aiorest's ``aiorest_sessions`` table); an API client
+lives in PostgreSQL, in aiorest's ``aiorest_sessions`` table, or in Redis:
+``SESSION_STORE``, see ``app.session_store_from_env``); an API client
 trades the same credentials for a bearer token with ``POST /tokens``. Either
 identifies the caller of ``/me`` and of the notes (``auth``).
 

@@ -192,7 +192,11 @@ class PostgresLimitStore(LimitStore):
     ``sweep_batch`` at a time and at most every ``sweep_every`` seconds per
     limit, by whichever check comes then. A new key is refused while the limit
     holds ``max_entries`` rows in their window (two new keys at once may both
-    get in: the bound is within the number of processes).
+    get in: the bound is within the number of processes); that takes a count
+    of the limit's rows in their window, so a key's first check costs more the
+    more keys the limit holds (the next ones find the key's row and skip it).
+    The table is ``UNLOGGED``: no WAL flush a check, and a crash or a failover
+    starts every count afresh.
     """
 
     def __init__(self, database: Database, *, sweep_every: float = 60.0, sweep_batch: int = 1000) -> None:
