@@ -9,7 +9,6 @@ Documented in :doc:`auth`.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -20,8 +19,6 @@ if TYPE_CHECKING:
     from ..db.database import Database
 
 __all__ = ["Hit", "LimitStore", "LimitStoreUnavailable", "PostgresLimitStore", "RedisLimitStore"]
-
-logger = logging.getLogger("aiorest.auth")
 
 
 class Hit(NamedTuple):

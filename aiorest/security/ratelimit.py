@@ -33,11 +33,7 @@ def _bounded(key: str) -> str:
 logger = logging.getLogger("aiorest.auth")
 
 # A store that is down warns once every 10 seconds, with a count, not once a check.
-_warn_store_down = BurstLog(
-    logger,
-    failing("rate limit store unavailable", "checks"),
-    every=10.0,
-)
+_warn_store_down = BurstLog(logger, failing("rate limit store unavailable", "checks"), every=10.0)
 
 
 def _seconds(wait: float) -> int:
