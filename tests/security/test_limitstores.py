@@ -215,3 +215,25 @@ async def test_a_postgresql_that_cannot_be_reached_fails_closed_or_open() -> Non
         assert await RateLimit(1, 60, store=store, name="open", on_store_failure="open").ahit("ada") is None
     finally:
         await database.close()
+
+
+async def test_redis_keys_expire_with_their_window(redis_limits: RedisLimitStore) -> None:
+    limit = RateLimit(3, 30, store=redis_limits, name="t")
+    await limit.ahit("ada")
+    count, live = f"{redis_limits.prefix}t:ada", f"{redis_limits.prefix}t"
+    fields = await redis_limits.redis.hgetall(count)
+    assert set(fields) == {b"c", b"e"} and fields[b"c"] == b"1"  # the count, and its window's end in ms
+    for key in (count, live):
+        assert 29_000 < await redis_limits.redis.pttl(key) <= 30_000
+    assert await redis_limits.redis.zrange(live, 0, -1) == [count.encode()]
+
+
+async def test_postgresql_rows_of_ended_windows_are_swept(pg_limits: PostgresLimitStore) -> None:
+    pg_limits.sweep_every = 0.0
+    limit = RateLimit(3, 0.2, store=pg_limits, name="t")
+    for key in ("a", "b", "c"):
+        await limit.ahit(key)
+    await asyncio.sleep(0.3)
+    await limit.ahit("d")  # sweeps the three ended windows
+    rows = await pg_limits.database.fetchall("SELECT key FROM aiorest_rate_limits WHERE name = 't'")
+    assert [row["key"] for row in rows] == ["d"]
