@@ -7,17 +7,19 @@ import logging
 import os
 from pathlib import Path
 
-from aiorest import App, PostgresStore, Request, Response, Router, SessionMiddleware
+from aiorest import App, PostgresStore, RedisStore, Request, Response, Router, SessionMiddleware
+from aiorest.auth import LimitStore, PostgresLimitStore, RedisLimitStore
 from aiorest.db import Database
 from aiorest.migrations import migrate
+from aiorest.sessions import SessionStore
 
 from . import users
 from .notes import router as notes_router
 from .techempower import router as techempower_router
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
-#: What the app applies at startup, in order: aiorest's sessions table, then the app's own.
-MIGRATION_DIRS = ("aiorest:sessions", str(MIGRATIONS))
+#: What the app applies at startup, in order: aiorest's sessions and rate limits tables, then the app's own.
+MIGRATION_DIRS = ("aiorest:sessions", "aiorest:ratelimits", str(MIGRATIONS))
 #: The same as ``aiorest migrate`` arguments: what a tool runs to give a database the app's schema.
 MIGRATE_ARGS = tuple(arg for directory in MIGRATION_DIRS for arg in ("--dir", directory))
 
@@ -46,10 +48,14 @@ def create_app(database: Database | None = None) -> App:
         )
 
     app.on_startup.append(apply_migrations)
-    users.setup(app)
-    # The users and the notes know the caller: a session (kept in PostgreSQL) or a bearer
-    # token. The TechEmpower routes stay outside, and pay for neither.
-    accounts = Router(middleware=[SessionMiddleware(PostgresStore(database)), users.auth(database)])
+    sessions, limits = session_store_from_env(database), limit_store_from_env(database)
+    for store in (sessions, limits):
+        if isinstance(store, (RedisStore, RedisLimitStore)):
+            app.on_shutdown.append(lambda app, store=store: store.close())
+    users.setup(app, limits)
+    # The users and the notes know the caller: a session (kept in PostgreSQL or Redis) or a
+    # bearer token. The TechEmpower routes stay outside, and pay for neither.
+    accounts = Router(middleware=[SessionMiddleware(sessions), users.auth(database)])
     accounts.include(users.router)
     accounts.include(notes_router)
     app.include(accounts)
@@ -85,6 +91,32 @@ def index_page(app: App) -> bytes:
         ' <a href="/openapi.json">/openapi.json</a> (the OpenAPI document)</p>'
         f"<table><tr><th>method</th><th>path</th><th>what</th></tr>{''.join(rows)}</table></body></html>"
     ).encode()
+
+
+def session_store_from_env(database: Database) -> SessionStore:
+    """Where sessions live (docs/deployment.rst): ``SESSION_STORE`` unset or ``postgres`` in
+    the app's database (aiorest's ``aiorest_sessions`` table), or a ``redis://`` URL."""
+    where = os.environ.get("SESSION_STORE", "postgres")
+    if where.startswith(("redis://", "rediss://", "unix://")):
+        return RedisStore(where)
+    if where not in ("postgres", "postgresql"):
+        raise ValueError(f"SESSION_STORE is 'postgres' or a redis:// URL, not {where!r}")
+    return PostgresStore(database)
+
+
+def limit_store_from_env(database: Database) -> LimitStore | None:
+    """Where the rate limits count (docs/deployment.rst): ``RATE_LIMIT_STORE`` unset or
+    ``memory`` in each worker's memory (a limit per process), ``postgres`` in the app's
+    database (aiorest's ``aiorest_rate_limits`` table), or a ``redis://`` URL: the last two
+    hold for every worker and host sharing them."""
+    where = os.environ.get("RATE_LIMIT_STORE", "memory")
+    if where.startswith(("redis://", "rediss://", "unix://")):
+        return RedisLimitStore(where)
+    if where in ("postgres", "postgresql"):
+        return PostgresLimitStore(database)
+    if where != "memory":
+        raise ValueError(f"RATE_LIMIT_STORE is 'memory', 'postgres' or a redis:// URL, not {where!r}")
+    return None
 
 
 def database_from_env() -> Database:

@@ -1,7 +1,8 @@
 """Users of the notes: register, log in and out, and tokens for API clients.
 
 A browser logs in with ``POST /login`` and gets a session cookie (the session
-lives in PostgreSQL, in aiorest's ``aiorest_sessions`` table); an API client
+lives in PostgreSQL, in aiorest's ``aiorest_sessions`` table, or in Redis:
+``SESSION_STORE``, see ``app.session_store_from_env``); an API client
 trades the same credentials for a bearer token with ``POST /tokens``. Either
 identifies the caller of ``/me`` and of the notes (``auth``).
 
@@ -9,7 +10,8 @@ Passwords are hashed with argon2id (argon2-cffi's default parameters, through
 :mod:`aiorest.auth`), off the event loop. Tokens are 32 random bytes; only their
 SHA-256 is stored, so a leaked table gives no usable token. Logging in (by
 session or token) is rate-limited per account and per client address, before
-any hash is checked; an unknown username costs the same hash as a wrong password.
+any hash is checked (in each worker's memory, or in a store all of them share:
+``RATE_LIMIT_STORE``, see ``app.limit_store_from_env``); an unknown username costs the same hash as a wrong password.
 Registering is rate-limited per client address, and a taken name is refused
 before its password is hashed. Registrations hash in a lane of the hashing pool
 of their own, so that a flood of them never makes a login wait or fail.
@@ -36,6 +38,7 @@ from aiorest.auth import (
     AnyIdentity,
     Auth,
     BearerTokenIdentity,
+    LimitStore,
     LoginRateLimiter,
     Passwords,
     RateLimit,
@@ -111,12 +114,21 @@ def _db(request: Request) -> Database:
     return db
 
 
-def setup(app: App) -> None:
-    """The limits, per process, in bounded memory: logins per account 5 and per client
-    address 20 attempts a minute, right or wrong; registrations 10 a minute per address;
-    password hashing in :class:`Passwords`' lanes (2 at once, a registration 1 of them)."""
-    app.state.login_limiter = LoginRateLimiter()
-    app.state.registration_limiter = RateLimit(10, 60.0, message="too many registrations")
+def setup(app: App, store: LimitStore | None = None) -> None:
+    """The limits: logins per account 5 and per client address 20 attempts a minute, right
+    or wrong; registrations 10 a minute per address; password hashing in :class:`Passwords`'
+    lanes (2 at once, a registration 1 of them).
+
+    The counts live in each process's bounded memory, or in ``store``, shared by every
+    worker and host. A store that cannot answer fails the logins closed (503: a login limit
+    that lets attempts through uncounted gives unlimited guesses while it is down) and the
+    registrations open (their cost is bounded without the limit: a taken name costs no hash,
+    and hashes wait in a bounded lane of their own).
+    """
+    app.state.login_limiter = LoginRateLimiter(store=store)
+    app.state.registration_limiter = RateLimit(
+        10, 60.0, message="too many registrations", store=store, name="registration", on_store_failure="open"
+    )
     app.state.passwords = Passwords()
 
 
@@ -134,7 +146,7 @@ async def _authenticate(request: Request, credentials: Credentials) -> User:
     """
     limiter: LoginRateLimiter = request.app.state.login_limiter
     passwords: Passwords = request.app.state.passwords
-    with limiter.check(credentials.username, _address(request)):
+    async with limiter.acheck(credentials.username, _address(request)):
         row = await _db(request).fetchone(
             "SELECT id, username, password_hash FROM users WHERE username = %s", (credentials.username,)
         )
@@ -142,7 +154,7 @@ async def _authenticate(request: Request, credentials: Credentials) -> User:
         matches = await passwords.verify(row["password_hash"] if row else None, credentials.password)
     if not matches or row is None:
         raise unauthorized(request, "wrong username or password")  # the challenge of Auth's policies
-    limiter.reset(credentials.username)
+    await limiter.areset(credentials.username)
     return User(row["id"], row["username"])
 
 
@@ -152,7 +164,7 @@ async def register(request: Request, new: NewUser) -> User:
     """Register a user (this does not log in): 409 when the username is taken, 429 past
     10 registrations a minute from the client's address."""
     limiter: RateLimit = request.app.state.registration_limiter
-    limiter.hit(_address(request))
+    await limiter.ahit(_address(request))
     db = _db(request)
     if await db.fetchval("SELECT 1 FROM users WHERE username = %s", (new.username,)):
         raise HTTPConflict("that username is taken")  # before the hash: a taken name costs no CPU

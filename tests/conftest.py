@@ -27,6 +27,7 @@ _SLOW_MODULES = frozenset(
         "tests/test_nginx.py",
         "tests/test_pgbouncer.py",
         "tests/test_procs.py",
+        "tests/test_shared_state.py",
         "tests/test_steady.py",
         "tests/test_tutorial.py",
         "tests/typed/test_schemathesis.py",

@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 
-__all__ = ["BurstLog"]
+__all__ = ["BurstLog", "failing"]
 
 
 class BurstLog:
@@ -60,3 +60,13 @@ class BurstLog:
         count, self.count = self.count, 0
         reason, self._reason = self._reason, ""
         self._logger.warning("%s", self._message(count, reason))
+
+
+def failing(what: str, events: str) -> Callable[[int, str], str]:
+    """A BurstLog message for a dependency that is down: ``"<what>: <reason> (N more <events> since ...)"``."""
+
+    def message(count: int, reason: str) -> str:
+        more = f" ({count - 1} more {events} since the last warning)" if count > 1 else ""
+        return f"{what}: {reason}{more}"
+
+    return message

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 from ..http.exceptions import HTTPForbidden, HTTPUnauthorized
 from ..routing.metadata import mark_secured, raises
 from ..routing.route import HANDLER_MIDDLEWARE
+from .limitstores import Hit, LimitStore, LimitStoreUnavailable, PostgresLimitStore, RedisLimitStore
 from .passwords import Passwords, hash_password, needs_rehash, verify_password
 from .ratelimit import LoginAttempt, LoginRateLimiter, RateLimit
 
@@ -39,12 +40,17 @@ __all__ = [
     "AuthorizationPolicy",
     "BearerTokenIdentity",
     "HasPermissions",
+    "Hit",
     "IdentityPolicy",
+    "LimitStore",
+    "LimitStoreUnavailable",
     "LoginAttempt",
     "LoginRateLimiter",
     "Passwords",
     "PermissionsPolicy",
+    "PostgresLimitStore",
     "RateLimit",
+    "RedisLimitStore",
     "SessionIdentity",
     "bearer_token",
     "hash_password",

@@ -21,6 +21,7 @@ from aiorest.db import Database
 from aiorest.middleware.sessions.middleware import COOKIE_LIMIT, Session, SessionStore, stored_id
 from aiorest.migrations import MigrationError, load_migrations, migrate
 from aiorest.server import Server
+from tests.redisserver import RedisServer, answers
 
 OLD = "o" * 32
 NEW = "n" * 32
@@ -256,39 +257,14 @@ async def test_middleware_options_are_checked() -> None:
 # -- the Redis store --------------------------------------------------------------
 
 
-def _answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def redis_url() -> Iterator[str]:
     """The Redis on 127.0.0.1:6379, or a throwaway redis-server on a free port."""
-    if _answers(6379):
+    if answers(6379):
         yield "redis://127.0.0.1:6379/0"
         return
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    process = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(100):
-            if _answers(port):
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("redis-server did not start")
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.terminate()
-        process.wait(timeout=5)
+    with RedisServer() as server:
+        yield server.url
 
 
 @pytest.fixture

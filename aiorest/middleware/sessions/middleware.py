@@ -12,7 +12,6 @@ import base64
 import binascii
 import hashlib
 import hmac
-import importlib
 import json
 import logging
 import re
@@ -20,7 +19,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..._support.bursts import BurstLog
+from ..._support.bursts import BurstLog, failing
+from ..._support.redis import RedisClient
 from ...http.cookies import SameSite, format_set_cookie
 from ...http.exceptions import HTTPServiceUnavailable
 from .session import Session
@@ -246,30 +246,17 @@ class RedisStore(SessionStore):
     ) -> None:
         if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool) or ttl <= 0):
             raise ValueError(f"ttl must be a positive number of seconds, not {ttl!r}")
-        if not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
-        try:
-            errors = importlib.import_module("redis.exceptions")
-        except ImportError:
-            raise RuntimeError(
-                "RedisStore needs redis: pip install '.[sessions-redis]' in aiorest's checkout"
-            ) from None
+        client = RedisClient(redis, timeout=timeout, user="RedisStore")
         # what a Redis that is down, restarting or too slow raises: the request gets a 503, not a 500
-        self._unavailable: tuple[type[BaseException], ...] = (errors.ConnectionError, errors.TimeoutError)
-        self._own_client = isinstance(redis, str)
-        if isinstance(redis, str):
-            # Bounded: a Redis that stops answering fails the request after ``timeout`` seconds, never hangs it.
-            redis = importlib.import_module("redis.asyncio").from_url(
-                redis, socket_timeout=timeout, socket_connect_timeout=timeout
-            )
-        self.redis = redis
+        self._unavailable = client.unavailable
+        self._client = client
+        self.redis = client.client
         self.prefix = prefix
         self.ttl = ttl
 
     async def close(self) -> None:
         """Close the client, if the store made it from a URL (``app.on_shutdown``)."""
-        if self._own_client:
-            await self.redis.aclose()
+        await self._client.close()
 
     async def load(self, value: str, max_age: int) -> Session | None:
         if not _ID_RE.match(value):  # not one of our ids: no round trip for it
@@ -318,10 +305,7 @@ class RedisStore(SessionStore):
 # A store that is down warns once every 10 seconds, with a count, not once a request.
 _warn_unavailable = BurstLog(
     logger,
-    lambda count, reason: (
-        f"session store unavailable: {reason}"
-        + (f" ({count - 1} more requests since the last warning)" if count > 1 else "")
-    ),
+    failing("session store unavailable", "requests"),
     every=10.0,
 )
 
