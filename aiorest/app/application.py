@@ -8,7 +8,7 @@ turns what it returns into a response.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
@@ -337,14 +337,18 @@ class App(_RouteDecorators):
     # the routes without parameters for its first lookup, a way to start any
     # other request's endpoint, and the answer to an exception.
 
-    @property
-    def static_endpoints(self) -> Mapping[str, Mapping[str, Callable[[Request], Awaitable[Any]]]]:
-        """Path → method → endpoint of the routes without parameters, built at startup.
+    def static_endpoints(self) -> dict[str, dict[str, Callable[[Request], Awaitable[Any]]]]:
+        """Path → method → endpoint of the routes without parameters, as startup chained them: a new table.
 
-        With :meth:`begin` and :meth:`handle_exception`, what the server needs of the
-        app: it looks a request up here first, and calls :meth:`begin` for the others.
+        With :meth:`begin` and :meth:`handle_exception`, what a server needs of the
+        app: it keeps this table and looks a request up there first (two dict
+        lookups), and calls :meth:`begin` for the others.
         """
-        return self._static_endpoints
+        return {path: dict(methods) for path, methods in self._static_endpoints.items()}
+
+    def has_static_route(self, path: str) -> bool:
+        """Whether a route without parameters has the path ``path`` (its template is its path)."""
+        return path in self._static_endpoints
 
     def begin(self, request: Request) -> Awaitable[Any]:
         """Route ``request`` and start its endpoint; routing errors raise HTTPError."""

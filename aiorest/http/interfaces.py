@@ -8,7 +8,7 @@ the app, the server and the session middleware provide them.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any, NamedTuple, Protocol
 
 from .datastructures import State
@@ -33,9 +33,8 @@ class AppInterface(Protocol):
 
     def url_for(self, name: str, /, **params: Any) -> str: ...
 
-    @property
-    def static_endpoints(self) -> Mapping[str, Mapping[str, Any]]:
-        """Path → method → endpoint of the routes without parameters."""
+    def has_static_route(self, path: str) -> bool:
+        """Whether a route without parameters has the path ``path``."""
         ...
 
 

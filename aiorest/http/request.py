@@ -259,7 +259,7 @@ class Request:
         A bounded label for logs and metrics, unlike the raw path.
         """
         template = None if self.match is None else self.match.template
-        if template is None and self.path in self.app.static_endpoints:
+        if template is None and self.app.has_static_route(self.path):
             return self.path  # a route without parameters: its template is its path
         return template
 

@@ -50,9 +50,9 @@ Endpoint = Callable[[Request], Awaitable[Any]]
 class ServedApp(AppInterface, Protocol):
     """What a connection needs of the app it serves; :class:`App` provides it."""
 
-    @property
     def static_endpoints(self) -> Mapping[str, Mapping[str, Endpoint]]:
-        """Path → method → endpoint of the routes without parameters: the first lookup."""
+        """Path → method → endpoint of the routes without parameters, once the app started:
+        the server keeps it (``ServerState.static_endpoints``) for its first lookup."""
         ...
 
     def begin(self, request: Request) -> Awaitable[Any]:
@@ -106,7 +106,7 @@ class HandlerDriver:
         self, app: ServedApp, state: ServerState, conn: H1Connection, wire: Wire, loop: asyncio.AbstractEventLoop
     ) -> None:
         self._app = app
-        self._static_endpoints = app.static_endpoints  # the app's, kept here: one lookup fewer
+        self._static_endpoints = state.static_endpoints  # the server's, kept here: one lookup fewer
         self._codec = app.json
         self._dumps = app.json.dumps
         self._state = state

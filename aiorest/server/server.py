@@ -138,6 +138,7 @@ class Server:
         loop = asyncio.get_running_loop()
         layers, routes = self._layers_and_routes()
         await self.app.startup(layers=layers, routes=routes)
+        self._state.static_endpoints = self.app.static_endpoints()
         self._started = True
         self._state.draining = False
         try:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Mapping
 from email.utils import formatdate
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..http.datastructures import check_header_value
 
@@ -52,6 +53,10 @@ class ServerState:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.proxies: TrustedProxies | None = None  # forwarded_allow_ips, when not empty
         self.access_log: AccessLog | None = None
+        # The server's first lookup: path -> method -> endpoint of the app's routes without
+        # parameters (ServedApp.static_endpoints), set once the app started; empty, every
+        # request goes through the app's router.
+        self.static_endpoints: Mapping[str, Mapping[str, Callable[..., Any]]] = {}
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

@@ -245,7 +245,7 @@ async def test_off_by_default_the_endpoints_are_the_handlers():
 
     async with serving(app) as (server, session):
         assert server.admission is None and server.metrics is None
-        assert app.static_endpoints["/x"]["GET"] is x
+        assert app.static_endpoints()["/x"]["GET"] is x
 
 
 # -- cancel_on_disconnect --------------------------------------------------------------------

@@ -82,6 +82,7 @@ class Connection:
         self.state = ServerState()
         self.state.refresh()
         self.state.now = 1000.0
+        self.state.static_endpoints = app.static_endpoints()  # as the server keeps it, once the app started
         self.transport = StubTransport()
         self.protocol = HttpProtocol(app, self.state, limits or Limits(), asyncio.get_running_loop())
         self.protocol.connection_made(self.transport)  # type: ignore[arg-type]

@@ -30,6 +30,7 @@ from ...http.exceptions import (
 )
 from ...http.limits import Limits
 from ...http.request import AppInterface, BodySource, Request
+from .heads import METHODS as _METHODS
 from .heads import NO_FRAMING, Framing, broken_request, framing_header, general_request, host_error, parse_failure
 from .heads import ParseAbort as _ParseAbort
 from .heads import StopParsing as _StopParsing
@@ -41,7 +42,6 @@ CLOSE = "close"  # check_deadline: close the connection, writing nothing
 _CLOSE_LINE = "Connection: close\r\n"
 _KEEP_ALIVE_LINE = "Connection: keep-alive\r\n"  # for an HTTP/1.0 client that asked to keep alive
 
-_METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")}
 _FRAMING_SIZES = frozenset({len(b"content-length"), len(b"connection"), len(b"expect"), len(b"transfer-encoding")})
 _FEED_SLICE = 16 * 1024  # bytes parsed at a time, so that a connection told to stop reading stops promptly
 _PERCENT = ord("%")  # `int in bytes` tests one byte; `bytes in bytes` first tries an int, at a cost
@@ -70,15 +70,13 @@ class H1Connection:
         limits: Limits,
         clock: Clock,
         body_source: BodySource | None = None,
-        ready: Callable[[], None] = nothing,
     ) -> None:
-        """``ready`` is called after each read is parsed: the owner's cue to act on ``queue`` and ``want_read``."""
         self._app = app
         self._limits = limits
         self._clock = clock
         self._body_source = body_source  # what the requests made here pull their body through
         self._parser = httptools.HttpRequestParser(self)
-        self._ready = ready
+        self._ready = nothing  # see on_ready
         self._unparsed: memoryview | None = None  # the rest of a large read, while want_read is False
         self.recv_state = HEAD
         self.send_state = IDLE
@@ -111,7 +109,7 @@ class H1Connection:
         self._body_since = 0.0
 
     def on_ready(self, ready: Callable[[], None]) -> None:
-        """Call ``ready`` after each read is parsed (instead of the one given to __init__)."""
+        """Call ``ready`` after each read is parsed: the owner's cue to act on ``queue`` and ``want_read``."""
         self._ready = ready
 
     # -- events in -------------------------------------------------------------------
