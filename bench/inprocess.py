@@ -95,6 +95,7 @@ class _Socket:
 def _aiorest(app: App, loop: asyncio.AbstractEventLoop) -> asyncio.Protocol:
     state = ServerState()
     state.refresh()
+    state.static_endpoints = app.static_endpoints()  # as Server keeps it once the app started
     return HttpProtocol(app, state, Limits(), loop)
 
 
