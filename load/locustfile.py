@@ -309,9 +309,13 @@ class WritingUser(_NotesUser):
     def credentials(self, account: Account) -> dict[str, str]:
         return account.bearer
 
+    def note_title(self) -> str:
+        """The title of the next note: the run's tag first, so that the cleanup finds it."""
+        return f"{RUN.tag} {uuid.uuid4().hex[:8]}"
+
     @task
     def write(self) -> None:
-        title = f"{RUN.tag} {uuid.uuid4().hex[:8]}"
+        title = self.note_title()
         with self.client.post(
             "/notes", json={"title": title}, headers=self.auth, name="POST /notes", catch_response=True
         ) as response:

@@ -1,0 +1,108 @@
+"""Issue 30, point 7: a cluster of hosts on this machine (load/cluster_hosts.py), tested as one.
+
+Network namespaces joined by a bridge: a balancer (nginx, deploy/nginx.conf), two
+app hosts (``aiorest run example_app.app:app --workers 2``), a database host (its own
+PostgreSQL behind PgBouncer in transaction mode) and a Redis host. A rolling deploy
+through the balancer loses no request; the login limiter holds across hosts when the
+example app has a shared store (``RATE_LIMIT_STORE``). ``python -m load.cluster`` runs
+the rest of the issue's scenarios, with figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from load import steady
+from load.cluster_hosts import Cluster, ClusterConfig, missing_tools
+from load.netns import unavailable_reason
+
+ROOT = Path(__file__).resolve().parent.parent
+_REASON = unavailable_reason()
+_MISSING = missing_tools()
+pytestmark = [
+    pytest.mark.skipif(_REASON is not None, reason=f"no network namespaces here: {_REASON}"),
+    pytest.mark.skipif(bool(_MISSING), reason=f"the cluster needs {', '.join(_MISSING)} (.ci/run installs them)"),
+]
+
+
+def shared_limiter_supported() -> bool:
+    """Whether the example app reads ``RATE_LIMIT_STORE`` (issue 30, point 3)."""
+    return any("RATE_LIMIT_STORE" in path.read_text() for path in (ROOT / "example_app").glob("*.py"))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    config = ClusterConfig(app_hosts=2, rate_limit_store="redis" if shared_limiter_supported() else None)
+    with Cluster(config) as running:
+        yield running
+
+
+def test_a_rolling_deploy_through_the_balancer_loses_no_request(cluster):
+    before = {name: cluster.metrics(name)["requests"] for name in cluster.app_names}
+
+    async def deploy_under_load() -> steady.SteadyResult:
+        load = asyncio.ensure_future(steady.run(cluster.url + "/db", rate=200, duration=8, connections=16))
+        await asyncio.sleep(1)
+        try:
+            took = await asyncio.to_thread(cluster.rolling_deploy, 20)
+            assert len(took) == 2
+        finally:
+            result = await load
+        return result
+
+    result = asyncio.run(deploy_under_load())
+    assert result.sent > 1000
+    assert result.failed == 0, result.summary()
+    assert set(result.statuses) == {200}
+    # both hosts served, reloaded, and serve again
+    after = {name: cluster.metrics(name)["requests"] for name in cluster.app_names}
+    assert all(after[name] > before[name] for name in cluster.app_names), (before, after)
+    assert all(cluster.serving(name) for name in cluster.app_names)
+
+
+def _login(cluster: Cluster, source: str | None, username: str, password: str) -> int:
+    """POST /login through the balancer, from the harness's own address (None) or from host ``source``."""
+    body = json.dumps({"username": username, "password": password})
+    if source is not None:
+        command = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "10"]
+        command += ["-H", "Content-Type: application/json", "-d", body, f"{cluster.url}/login"]
+        return int(subprocess.run(cluster.net.command(source, command), capture_output=True, text=True).stdout)
+    request = urllib.request.Request(
+        f"{cluster.url}/login", data=body.encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.mark.skipif(
+    not shared_limiter_supported(), reason="the example app has no shared login limiter yet (RATE_LIMIT_STORE)"
+)
+def test_the_login_limit_holds_across_hosts_and_workers(cluster):
+    username = f"cluster-{uuid.uuid4().hex[:8]}"
+    request = urllib.request.Request(
+        f"{cluster.url}/users",
+        data=json.dumps({"username": username, "password": "right-password-1"}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 201
+    before = {name: cluster.metrics(name)["requests"] for name in cluster.app_names}
+    # Two client addresses (the harness's and load1's), the balancer spreading them over 4 workers.
+    statuses = [_login(cluster, (None, "load1")[n % 2], username, "wrong-password") for n in range(8)]
+    assert statuses[:5] == [401] * 5, statuses
+    assert statuses[5:] == [429] * 3, statuses
+    after = {name: cluster.metrics(name)["requests"] for name in cluster.app_names}
+    assert all(after[name] > before[name] for name in cluster.app_names), (before, after)
