@@ -143,7 +143,9 @@ class Cluster:
 
     @property
     def pooled_dsn(self) -> str:
-        return f"postgresql://postgres@{self.address('db')}:{PGBOUNCER_PORT}/{DATABASE}?sslmode=disable&connect_timeout=5"
+        return (
+            f"postgresql://postgres@{self.address('db')}:{PGBOUNCER_PORT}/{DATABASE}?sslmode=disable&connect_timeout=5"
+        )
 
     @property
     def redis_url(self) -> str:

@@ -132,4 +132,3 @@ class LoginUser(FastHttpUser):
             _fail_unless(response, 200, lambda b: b["username"] == self.username)
         with self.client.post("/logout", name="POST /logout", catch_response=True) as response:
             _fail_unless(response, 204)
-

@@ -84,8 +84,12 @@ class LocustRun:
             while self.processes[0].poll() is None and time.monotonic() < deadline:
                 time.sleep(0.25)
         finally:
-            for process in self.processes:
-                stop_process(process, 10)
+            self.stop()
+
+    def stop(self) -> None:
+        """Stop every locust process (SIGTERM: the master cleans up), SIGKILL past 10 s."""
+        for process in self.processes:
+            stop_process(process, 10)
 
     def log(self) -> str:
         return "".join(
