@@ -38,7 +38,7 @@ from typing import Any
 from load import cluster_faults as faults
 from load.cluster_hosts import APP_PORT, Cluster, ClusterConfig, missing_tools
 from load.cluster_runs import LocustRun, run_wrk
-from load.netns import clean_leftovers, unavailable_reason
+from load.netns import unavailable_reason
 from load.procs import AiorestProcess
 
 OUT = Path(__file__).resolve().parent / "results" / "cluster"
@@ -278,9 +278,6 @@ def run(args: argparse.Namespace) -> int:
     if reason or missing:
         print(f"SKIP cluster: {reason or 'missing ' + ', '.join(missing)}")
         return 2
-    left = clean_leftovers()
-    if left:
-        say(f"removed what an earlier run left: {', '.join(left)}")
     out = args.out / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     out.mkdir(parents=True)
     store = None if args.rate_limit_store == "none" else args.rate_limit_store

@@ -154,6 +154,8 @@ class Cluster:
     # the whole
     def start(self) -> Cluster:
         self.net.create()
+        if self.net.removed:
+            self.say(f"removed what an earlier run left: {', '.join(self.net.removed)}")
         self.net.add_host("lb", 10)
         for number, name in enumerate(self.app_names):
             self.net.add_host(name, 11 + number)
@@ -184,11 +186,18 @@ class Cluster:
                     pass
         self.net.destroy()
         if self.nginx is not None:
+            self._keep_nginx_logs(self.nginx)
             self.nginx.close()
         for folder in ("pg", "pgbouncer", "tmp"):
             shutil.rmtree(self.base / folder, ignore_errors=True)
         if self.logs.is_relative_to(self.base):
             shutil.rmtree(self.base, ignore_errors=True)
+
+    def _keep_nginx_logs(self, nginx: Nginx) -> None:
+        """nginx's error log, and the access log's lines of requests it passed to a second upstream."""
+        (self.logs / "nginx-error.log").write_text(nginx.error_log())
+        retried = [line for line in nginx.access_log() if "ustatus=" in line and "," in line.split("ustatus=")[1]]
+        (self.logs / "nginx-retried.log").write_text("".join(line + "\n" for line in retried))
 
     def __enter__(self) -> Cluster:
         try:

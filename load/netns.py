@@ -19,6 +19,7 @@ reaches every host from there (readiness probes, /metrics, the database).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -31,6 +32,7 @@ from typing import IO, Any
 
 PREFIX = "aiorc"
 BRIDGE = f"{PREFIX}0"
+LOCK = f"/tmp/{PREFIX}-cluster.lock"
 IP = "/usr/sbin/ip" if os.path.exists("/usr/sbin/ip") else "ip"
 
 
@@ -136,9 +138,19 @@ class Network:
         self.hosts: dict[str, Host] = {}
         self.processes: list[subprocess.Popen[bytes]] = []
         self._up = False
+        self._lock: IO[str] | None = None
+        self.removed: list[str] = []  # what an earlier run had left, removed by create()
 
     def create(self) -> Network:
-        clean_leftovers()
+        """Take the machine's cluster lock (one run at a time), remove leftovers, make the bridge."""
+        self._lock = open(LOCK, "w")  # noqa: SIM115  # held until destroy()
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._lock.close()
+            self._lock = None
+            raise RuntimeError(f"another cluster run holds {LOCK}: one at a time (they share the names)") from None
+        self.removed = clean_leftovers()
         _ip("link", "add", BRIDGE, "type", "bridge")
         self._up = True
         _ip("addr", "add", f"{self.gateway}/24", "dev", BRIDGE)
@@ -233,6 +245,9 @@ class Network:
         if self._up:
             _ip("link", "del", BRIDGE, check=False)
             self._up = False
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     def __enter__(self) -> Network:
         return self.create()
