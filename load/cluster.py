@@ -276,6 +276,11 @@ def plot_timeline(outcome: faults.Outcome, path: Path) -> bool:
     top.legend()
     top.set_title(outcome.name)
     bottom.plot(seconds, [t[3] for t in outcome.timeline], color="purple")
+    window = outcome.figures.get("fault_window_s")
+    if window:
+        for axes in (top, bottom):
+            axes.axvspan(window[0], max(window[1], window[0] + 0.5), color="orange", alpha=0.3, label="fault")
+        top.legend()
     bottom.set_ylabel("p99 ms")
     bottom.set_xlabel("second of the run")
     figure.tight_layout()

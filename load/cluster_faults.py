@@ -48,6 +48,7 @@ def under_load(
         extra = fault()
         ended = time.time()
         extra["fault_seconds"] = round(ended - began, 2)
+        extra["fault_window_s"] = [round(began - first, 1), round(ended - first, 1)]  # seconds of the run
         run.wait()
     except BaseException:
         run.stop()
