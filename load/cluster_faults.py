@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,9 +194,17 @@ def restart_redis(cluster: Cluster, users: int, duration: float, out: Path, logi
     found, extra, run = under_load(cluster, users, duration, fault, 15, out)
     login_rows = [row["status"] for row in run.rows() if row["name"] == "POST /login"]
     errors = [s for s in login_rows + statuses if s >= 500 and s != 503]
-    verdict = "PASS" if not errors else "FAIL"
-    reason = f"logins: {sorted(set(login_rows + statuses))} statuses, {len(errors)} 5xx other than 503"
-    return Outcome(name, verdict, reason, {**found, **extra}, timeline(run.rows()))
+    # the limit holds afterwards: a fresh account, 6 wrong passwords from load2 (5 reach the check, then 429)
+    account = {"username": f"cluster-limit-{uuid.uuid4().hex[:8]}", "password": uuid.uuid4().hex}
+    registered = cluster.post_json("load2", "/users", account)
+    wrong = [cluster.post_json("load2", "/login", {**account, "password": "wrong-password"}) for _ in range(6)]
+    holds = registered == 201 and wrong == [401] * 5 + [429]
+    verdict = "PASS" if not errors and holds else "FAIL"
+    reason = (
+        f"logins: {sorted(set(login_rows + statuses))} statuses, {len(errors)} 5xx other than 503; "
+        f"afterwards 6 wrong passwords answered {wrong} (limit {'holds' if holds else 'BROKEN'})"
+    )
+    return Outcome(name, verdict, reason, {**found, **extra, "wrong_after": wrong}, timeline(run.rows()))
 
 
 __all__ = ["IDEMPOTENT", "Outcome", "cut_host", "kill_host", "restart_pgbouncer", "restart_redis", "rolling_deploy"]

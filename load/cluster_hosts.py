@@ -27,6 +27,7 @@ Everything is stopped and removed by :meth:`Cluster.close` (also on errors: use
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import signal
@@ -412,6 +413,13 @@ class Cluster:
                 key, value = line.split()
                 figures[key.removeprefix("aiorest_db_")] = float(value)
         return figures
+
+    def post_json(self, source: str, path: str, body: dict[str, str]) -> int:
+        """The status of ``POST path`` with a JSON ``body`` sent to the balancer from host ``source`` (curl)."""
+        command = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "10"]
+        command += ["-H", "Content-Type: application/json", "-d", json.dumps(body), f"{self.url}{path}"]
+        done = subprocess.run(self.net.command(source, command), capture_output=True, text=True, timeout=20)
+        return int(done.stdout or 0)
 
     def serving(self, name: str) -> bool:
         return probe((self.address(name), APP_PORT), "/json") == 200

@@ -11,32 +11,22 @@ the rest of the issue's scenarios, with figures.
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from load import steady
+from load.cluster_faults import shared_limiter_supported
 from load.cluster_hosts import Cluster, ClusterConfig, missing_tools
 from load.netns import unavailable_reason
 
-ROOT = Path(__file__).resolve().parent.parent
 _REASON = unavailable_reason()
 _MISSING = missing_tools()
 pytestmark = [
     pytest.mark.skipif(_REASON is not None, reason=f"no network namespaces here: {_REASON}"),
     pytest.mark.skipif(bool(_MISSING), reason=f"the cluster needs {', '.join(_MISSING)} (.ci/run installs them)"),
 ]
-
-
-def shared_limiter_supported() -> bool:
-    """Whether the example app reads ``RATE_LIMIT_STORE`` (issue 30, point 3)."""
-    return any("RATE_LIMIT_STORE" in path.read_text() for path in (ROOT / "example_app").glob("*.py"))
 
 
 @pytest.fixture(scope="module")
@@ -67,23 +57,9 @@ def test_a_rolling_deploy_through_the_balancer_loses_no_request(cluster):
     after = {name: cluster.metrics(name)["requests"] for name in cluster.app_names}
     assert all(after[name] > before[name] for name in cluster.app_names), (before, after)
     assert all(cluster.serving(name) for name in cluster.app_names)
-
-
-def _login(cluster: Cluster, source: str | None, username: str, password: str) -> int:
-    """POST /login through the balancer, from the harness's own address (None) or from host ``source``."""
-    body = json.dumps({"username": username, "password": password})
-    if source is not None:
-        command = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "10"]
-        command += ["-H", "Content-Type: application/json", "-d", body, f"{cluster.url}/login"]
-        return int(subprocess.run(cluster.net.command(source, command), capture_output=True, text=True).stdout)
-    request = urllib.request.Request(
-        f"{cluster.url}/login", data=body.encode(), method="POST", headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
+    # a client on another host (load1) reaches the app through the balancer: a registration
+    account = {"username": f"cluster-{uuid.uuid4().hex[:8]}", "password": "right-password-1"}
+    assert cluster.post_json("load1", "/users", account) == 201
 
 
 @pytest.mark.skipif(
@@ -91,17 +67,11 @@ def _login(cluster: Cluster, source: str | None, username: str, password: str) -
 )
 def test_the_login_limit_holds_across_hosts_and_workers(cluster):
     username = f"cluster-{uuid.uuid4().hex[:8]}"
-    request = urllib.request.Request(
-        f"{cluster.url}/users",
-        data=json.dumps({"username": username, "password": "right-password-1"}).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 201
+    assert cluster.post_json("load1", "/users", {"username": username, "password": "right-password-1"}) == 201
     before = {name: cluster.metrics(name)["requests"] for name in cluster.app_names}
-    # Two client addresses (the harness's and load1's), the balancer spreading them over 4 workers.
-    statuses = [_login(cluster, (None, "load1")[n % 2], username, "wrong-password") for n in range(8)]
+    # Two client addresses (load1's and load2's), the balancer spreading them over 4 workers.
+    wrong = {"username": username, "password": "wrong-password"}
+    statuses = [cluster.post_json(("load1", "load2")[n % 2], "/login", wrong) for n in range(8)]
     assert statuses[:5] == [401] * 5, statuses
     assert statuses[5:] == [429] * 3, statuses
     after = {name: cluster.metrics(name)["requests"] for name in cluster.app_names}
