@@ -69,7 +69,9 @@ def missing_tools() -> list[str]:
     missing = []
     if postgres_bin() is None:
         missing.append("postgresql")
-    for path, package in ((PGBOUNCER, "pgbouncer"), (REDIS_SERVER, "redis-server"), ("/usr/sbin/nginx", "nginx")):
+    tools = [(PGBOUNCER, "pgbouncer"), (REDIS_SERVER, "redis-server"), ("/usr/sbin/nginx", "nginx")]
+    tools.append((shutil.which("curl") or "/usr/bin/curl", "curl"))
+    for path, package in tools:
         if not os.access(path, os.X_OK):
             missing.append(package)
     try:

@@ -21,16 +21,16 @@ from load.cluster_faults import shared_limiter_supported
 from load.cluster_hosts import Cluster, ClusterConfig, missing_tools
 from load.netns import unavailable_reason
 
-_REASON = unavailable_reason()
-_MISSING = missing_tools()
-pytestmark = [
-    pytest.mark.skipif(_REASON is not None, reason=f"no network namespaces here: {_REASON}"),
-    pytest.mark.skipif(bool(_MISSING), reason=f"the cluster needs {', '.join(_MISSING)} (.ci/run installs them)"),
-]
-
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
+    # asked here, not at collection: the question makes (and removes) a namespace
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"no network namespaces here: {reason}")
+    missing = missing_tools()
+    if missing:
+        pytest.skip(f"the cluster needs {', '.join(missing)} (.ci/run installs them)")
     config = ClusterConfig(app_hosts=2, rate_limit_store="redis" if shared_limiter_supported() else None)
     with Cluster(config) as running:
         yield running
