@@ -158,12 +158,20 @@ def figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def windows(rows: list[dict[str, Any]], fault_start: float, fault_end: float, settle: float = 1.0) -> dict[str, Any]:
-    """:func:`figures` before the fault, during it (and ``settle`` s after), and after."""
+    """:func:`figures` before the fault, during it (and ``settle`` s after), and after.
+
+    A request belongs to the window it ended in (start + its time): one sent just
+    before the fault and answered during it was answered during it.
+    """
     load = [row for row in rows if row["name"] not in BOOKKEEPING]
+
+    def end(row: dict[str, Any]) -> float:
+        return float(row["t"]) + row["ms"] / 1000
+
     return {
-        "before": figures([row for row in load if row["t"] < fault_start]),
-        "during": figures([row for row in load if fault_start <= row["t"] < fault_end + settle]),
-        "after": figures([row for row in load if row["t"] >= fault_end + settle]),
+        "before": figures([row for row in load if end(row) < fault_start]),
+        "during": figures([row for row in load if fault_start <= end(row) < fault_end + settle]),
+        "after": figures([row for row in load if end(row) >= fault_end + settle]),
         "all": figures(load),
     }
 
