@@ -191,10 +191,7 @@ class Cluster:
         if self.nginx is not None:
             self._keep_nginx_logs(self.nginx)
             self.nginx.close()
-        for folder in ("pg", "pgbouncer", "tmp"):
-            shutil.rmtree(self.base / folder, ignore_errors=True)
-        if self.logs.is_relative_to(self.base):
-            shutil.rmtree(self.base, ignore_errors=True)
+        shutil.rmtree(self.base, ignore_errors=True)  # the data, the configurations; the logs if they were here
 
     def _keep_nginx_logs(self, nginx: Nginx) -> None:
         """nginx's error log, and the access log's lines of requests it passed to a second upstream."""
