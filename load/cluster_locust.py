@@ -10,7 +10,8 @@ The flows are load/locustfile.py's (browsing, writing, the TechEmpower mix), plu
   20 per address), which hold across hosts once the limiter is shared.
 - ``ClusterWritingUser``: the writing user, whose notes' titles do not carry the
   run's tag: a ``POST /notes`` that failed and yet was applied stays in the
-  database after the run's cleanup, where the harness looks for it.
+  database after the run's cleanup, where the harness looks for it; and a note
+  whose ``PATCH`` failed is kept, for the harness to read its version.
 
 With ``--request-log DIR`` every process writes ``DIR/requests-<pid>.csv``: one line
 per request (epoch seconds, method, name, status, milliseconds, failed, Retry-After
@@ -97,9 +98,13 @@ def _close_log(environment: Any, **kwargs: Any) -> None:
 
 
 class ClusterWritingUser(WritingUser):
-    """The writing user; its notes' titles start with ``cluster-write`` and go with each request."""
+    """The writing user; its notes' titles start with ``cluster-write`` and go with each request.
+
+    A note whose ``PATCH`` failed is not deleted: the harness reads its version (2: applied).
+    """
 
     key = ""
+    keep_note_after_failed_update = True
 
     def note_title(self) -> str:
         self.key = f"{WRITE_PREFIX} {uuid.uuid4().hex}"

@@ -305,6 +305,8 @@ class WritingUser(_NotesUser):
 
     weight = 1
     wait_time = between(0, 0)
+    #: a note whose update failed is left in place (for a harness to check whether it was applied)
+    keep_note_after_failed_update = False
 
     def credentials(self, account: Account) -> dict[str, str]:
         return account.bearer
@@ -330,7 +332,9 @@ class WritingUser(_NotesUser):
             name="PATCH /notes/{id}",
             catch_response=True,
         ) as response:
-            _fail_unless(response, 200, lambda b: b["done"] is True and b["version"] == 2)
+            updated = _fail_unless(response, 200, lambda b: b["done"] is True and b["version"] == 2)
+        if updated is None and self.keep_note_after_failed_update:
+            return
         with self.client.delete(url, headers=self.auth, name="DELETE /notes/{id}", catch_response=True) as response:
             _fail_unless(response, 204)
 
