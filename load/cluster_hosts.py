@@ -17,8 +17,8 @@ The app hosts reach PostgreSQL through PgBouncer only, each with a pool of
 PgBouncer holds ``pgbouncer_pool`` server connections, PostgreSQL allows
 ``pg_max_connections``: :meth:`ClusterConfig.budget` checks that the hosts'
 pools fit. With ``rate_limit_store`` set, the app hosts get it as
-``RATE_LIMIT_STORE`` (``redis://<redis host>:6379/0`` or the database URL):
-the shared login limiter, where the example app supports it.
+``RATE_LIMIT_STORE`` (``redis://<redis host>:6379/0``, or ``postgres``: the
+app's own database): the shared login limiter, where the example app supports it.
 
 Everything is stopped and removed by :meth:`Cluster.close` (also on errors: use
 ``with``), the PostgreSQL data folder with it.
@@ -340,7 +340,7 @@ class Cluster:
         if store == "redis":
             env["RATE_LIMIT_STORE"] = self.redis_url
         elif store == "postgres":
-            env["RATE_LIMIT_STORE"] = self.pooled_dsn
+            env["RATE_LIMIT_STORE"] = "postgres"  # the app's own database, through PgBouncer
         return env
 
     def start_apps(self) -> None:
