@@ -305,13 +305,19 @@ class WritingUser(_NotesUser):
 
     weight = 1
     wait_time = between(0, 0)
+    #: a note whose update failed is left in place (for a harness to check whether it was applied)
+    keep_note_after_failed_update = False
 
     def credentials(self, account: Account) -> dict[str, str]:
         return account.bearer
 
+    def note_title(self) -> str:
+        """The title of the next note: the run's tag first, so that the cleanup finds it."""
+        return f"{RUN.tag} {uuid.uuid4().hex[:8]}"
+
     @task
     def write(self) -> None:
-        title = f"{RUN.tag} {uuid.uuid4().hex[:8]}"
+        title = self.note_title()
         with self.client.post(
             "/notes", json={"title": title}, headers=self.auth, name="POST /notes", catch_response=True
         ) as response:
@@ -326,7 +332,9 @@ class WritingUser(_NotesUser):
             name="PATCH /notes/{id}",
             catch_response=True,
         ) as response:
-            _fail_unless(response, 200, lambda b: b["done"] is True and b["version"] == 2)
+            updated = _fail_unless(response, 200, lambda b: b["done"] is True and b["version"] == 2)
+        if updated is None and self.keep_note_after_failed_update:
+            return
         with self.client.delete(url, headers=self.auth, name="DELETE /notes/{id}", catch_response=True) as response:
             _fail_unless(response, 204)
 

@@ -106,15 +106,18 @@ def render(template: str, values: Mapping[str, str]) -> str:
 
 
 class Nginx:
-    """A foreground nginx running ``deploy/nginx.conf`` in a private prefix, on 127.0.0.1.
+    """A foreground nginx running ``deploy/nginx.conf`` in a private prefix, on 127.0.0.1 (or ``host``).
 
     The prefix (``.prefix``) is world-traversable, because nginx's workers run
     as ``nobody`` when the tests run as root: put unix sockets for the
-    upstreams in :meth:`socket_path`.
+    upstreams in :meth:`socket_path`. ``wrap`` goes before nginx's command
+    (``ip netns exec NS``: the load balancer of load/cluster.py).
     """
 
-    def __init__(self, binary: str = NGINX_BINARY) -> None:
+    def __init__(self, binary: str = NGINX_BINARY, *, host: str = "127.0.0.1", wrap: Sequence[str] = ()) -> None:
         self.binary = binary
+        self.host = host
+        self.wrap = list(wrap)
         self.prefix = Path(tempfile.mkdtemp(prefix="aiorest-nginx-"))
         self.prefix.chmod(0o755)
         for folder in ("conf/nginx", "logs", "temp", "run"):
@@ -137,7 +140,7 @@ class Nginx:
             raise ValueError("nginx needs at least one upstream server")
         shutil.copyfile(DEPLOY / "nginx.conf", self.prefix / "conf/nginx.conf")
         values = {
-            "{{LISTEN}}": f"127.0.0.1:{port}",
+            "{{LISTEN}}": f"{self.host}:{port}",
             "{{UPSTREAM_SERVERS}}": "\n    ".join(f"server {upstream};" for upstream in upstreams),
             "{{LOG_DIR}}": str(self.prefix / "logs"),
         }
@@ -156,7 +159,7 @@ class Nginx:
                 [*self._command(), "-g", "daemon off;"], stdout=output, stderr=subprocess.STDOUT
             )
         # /metrics is answered by nginx itself (404): a worker is serving.
-        _wait_until(lambda: probe(("127.0.0.1", port), "/metrics") == 404, self.process, timeout, "nginx", stderr)
+        _wait_until(lambda: probe((self.host, port), "/metrics") == 404, self.process, timeout, "nginx", stderr)
         return port
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -173,7 +176,7 @@ class Nginx:
     def url(self) -> str:
         if self.port is None:
             raise RuntimeError("nginx is not started")
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def worker_pids(self) -> list[int]:
         """The pids of nginx's worker processes."""
@@ -193,7 +196,7 @@ class Nginx:
         return path.read_text(errors="replace").splitlines() if path.exists() else []
 
     def _command(self) -> list[str]:
-        return [self.binary, "-p", f"{self.prefix}/", "-c", "conf/nginx.conf", "-e", "stderr"]
+        return [*self.wrap, self.binary, "-p", f"{self.prefix}/", "-c", "conf/nginx.conf", "-e", "stderr"]
 
     def __enter__(self) -> Nginx:
         return self

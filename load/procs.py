@@ -48,12 +48,14 @@ def stop_process(process: subprocess.Popen[Any], timeout: float, sig: int = sign
         return process.wait()
 
 
-def http_get(port: int | None, path: str = "/", *, unix: str | None = None, timeout: float = 2.0) -> tuple[int, bytes]:
-    """One ``GET path`` on a new connection (TCP on 127.0.0.1:port, or the unix socket): (status, body)."""
+def http_get(
+    port: int | None, path: str = "/", *, unix: str | None = None, timeout: float = 2.0, host: str = "127.0.0.1"
+) -> tuple[int, bytes]:
+    """One ``GET path`` on a new connection (TCP on host:port, or the unix socket): (status, body)."""
     family = socket.AF_UNIX if unix else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
-        sock.connect(unix or ("127.0.0.1", port))
+        sock.connect(unix or (host, port))
         sock.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
         data = b""
         while chunk := sock.recv(65536):
@@ -70,6 +72,10 @@ class AiorestProcess:
     ``ready_path`` is requested until it is answered (any status) to tell that
     the server serves: with ``--workers`` the parent listens before a worker
     does, so a connection that succeeds proves nothing.
+
+    ``host`` is the address it binds (``--host``) and is reached at; ``prefix`` goes
+    before the command, e.g. ``ip netns exec NS`` to run it in a network namespace
+    (a prefix that execs the command, so that ``pid`` is still aiorest's).
     """
 
     def __init__(
@@ -84,11 +90,16 @@ class AiorestProcess:
         ready_path: str = "/",
         pass_fds: Sequence[int] = (),
         python: Sequence[str] = (),
+        host: str = "127.0.0.1",
+        prefix: Sequence[str] = (),
     ) -> None:
         self.unix = unix
+        self.host = host
         self.port = None if unix else (port or free_port())
         where = ["--unix", unix] if unix else ["--port", str(self.port)]
-        self.command = [sys.executable, *python, "-m", "aiorest", "run", app, *where, *args]
+        if host != "127.0.0.1" and not unix:
+            where += ["--host", host]
+        self.command = [*prefix, sys.executable, *python, "-m", "aiorest", "run", app, *where, *args]
         self.cwd = Path(cwd)
         self.env = dict(os.environ if env is None else env)
         self.env.setdefault("PYTHONPATH", str(ROOT))
@@ -106,17 +117,17 @@ class AiorestProcess:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:<port>``, or ``http+unix://<percent-encoded path>`` (load.steady's form)."""
+        """``http://HOST:<port>``, or ``http+unix://<percent-encoded path>`` (load.steady's form)."""
         if self.unix:
             from urllib.parse import quote
 
             return "http+unix://" + quote(self.unix, safe="")
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def upstream(self) -> str:
-        """This process as an nginx upstream server: ``127.0.0.1:PORT`` or ``unix:PATH``."""
-        return f"unix:{self.unix}" if self.unix else f"127.0.0.1:{self.port}"
+        """This process as an nginx upstream server: ``HOST:PORT`` or ``unix:PATH``."""
+        return f"unix:{self.unix}" if self.unix else f"{self.host}:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -125,6 +136,16 @@ class AiorestProcess:
 
     def start(self, timeout: float = 20.0) -> AiorestProcess:
         """Start the process and wait until ``ready_path`` is answered; raise, with the log, if it is not."""
+        self.launch()
+        try:
+            self.wait_serving(timeout)
+        except BaseException:
+            self.kill()  # no process left behind: __exit__ does not run when __enter__ raised
+            raise
+        return self
+
+    def launch(self) -> subprocess.Popen[bytes]:
+        """Start the process without waiting (several at once: ``wait_serving`` each after)."""
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 self.command,
@@ -135,12 +156,7 @@ class AiorestProcess:
                 pass_fds=self.pass_fds,
                 start_new_session=True,
             )
-        try:
-            self.wait_serving(timeout)
-        except BaseException:
-            self.kill()  # no process left behind: __exit__ does not run when __enter__ raised
-            raise
-        return self
+        return self.process
 
     def wait_serving(self, timeout: float = 20.0) -> None:
         """Wait until ``ready_path`` is answered, and with ``--workers`` until every worker serves.
@@ -167,7 +183,7 @@ class AiorestProcess:
 
     def get(self, path: str = "/", timeout: float = 2.0) -> tuple[int, bytes]:
         """One ``GET path`` on a new connection: (status, body)."""
-        return http_get(self.port, path, unix=self.unix, timeout=timeout)
+        return http_get(self.port, path, unix=self.unix, timeout=timeout, host=self.host)
 
     @property
     def returncode(self) -> int | None:

@@ -22,6 +22,7 @@ _SLOW_MODULES = frozenset(
         "tests/server/test_systemd.py",
         "tests/server/test_workers.py",
         "tests/test_bench.py",
+        "tests/test_cluster.py",
         "tests/test_docs.py",
         "tests/test_load_compare.py",
         "tests/test_nginx.py",
