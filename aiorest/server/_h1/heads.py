@@ -25,7 +25,6 @@ from ...http.request import AppInterface, BodySource, Request
 from ..wire import origin_form
 
 __all__ = [
-    "METHODS",
     "Framing",
     "NO_FRAMING",
     "framing_header",
@@ -39,8 +38,6 @@ __all__ = [
 
 logger = logging.getLogger("aiorest.error")
 
-METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")}
-_METHODS = METHODS
 
 # RFC 9112, 3.2: one Host line, whose value is RFC 9110's  Host = uri-host [ ":" port ],  from RFC 3986, 3.2.2:
 #   host       = IP-literal / IPv4address / reg-name     (an IPv4address is also a reg-name)
@@ -144,6 +141,7 @@ def framing_header(framing: Framing | None, name: bytes, value: bytes) -> Framin
 
 def general_request(
     parser: httptools.HttpRequestParser,
+    method: str,
     target: bytes,
     app: AppInterface,
     body_source: BodySource | None,
@@ -162,7 +160,6 @@ def general_request(
     """
     content_length = framing.content_length
     transfer_encoding = framing.transfer_encoding
-    method = parser.get_method()
     keep_alive = parser.should_keep_alive()
     # Formatting the version costs 0.2 µs; without a Connection header, only
     # HTTP/1.1 is kept alive, so the common case needs no formatting.
@@ -184,7 +181,7 @@ def general_request(
         except UnicodeDecodeError:
             error = error or HTTPBadRequest("request path is not valid UTF-8 after percent-decoding")
     request = Request(
-        _METHODS.get(method) or method.decode("ascii"),
+        method,
         path,
         raw_path,
         query,
