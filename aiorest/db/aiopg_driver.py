@@ -1,0 +1,235 @@
+"""The aiopg driver: the pool's connections are aiopg's, opened by the pool or borrowed from an aiopg.Pool.
+
+``Database(dsn, driver="aiopg")`` opens ``aiopg.Connection`` objects itself;
+``Database.from_aiopg(pool)`` borrows them from an ``aiopg.Pool`` the app
+already has, per statement or transaction, and gives them back at once, so the
+app's own ``pool.acquire()`` code keeps working beside it. Either way a
+statement runs through ``aiopg.Cursor.execute`` and the pool, queries and error
+mapping above are aiorest's (driver.py).
+
+aiopg 1.4's uvloop bug (https://github.com/aio-libs/aiopg/issues/909): when
+libpq closes a connection's socket while aiopg waits to write on it (a
+connection attempt PostgreSQL refuses, a restart), ``Connection._ready``
+forgets the descriptor before it removes its writer; the writer stays on the
+loop for a descriptor number the next socket gets, and under uvloop that socket
+is poisoned (``RuntimeError: unable to perform operation on <UVPoll
+closed=True>``, a hang or an abort). Importing this module replaces
+``aiopg.Connection._ready`` (aiopg 1.4 only, whose code this was checked
+against) by a wrapper that, when libpq has closed the socket, removes both
+registrations in the same callback, before any other socket can take the
+number. It mends every aiopg connection of the process, the app's own pool's
+included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+import weakref
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any
+
+import aiopg
+import psycopg2
+import psycopg2.extensions
+
+from .driver import Connection, ConnectOptions
+from .errors import Params, StatementTimeout, nul_error
+
+__all__ = ["AiopgDriver", "AiopgPoolDriver"]
+
+_IDLE = psycopg2.extensions.TRANSACTION_STATUS_IDLE
+# What cursor.execute raises when it refuses a statement before sending it.
+_REFUSED_BEFORE_SENDING = (ValueError, TypeError, LookupError, psycopg2.ProgrammingError)
+# Past PostgreSQL's own statement_timeout, aiopg's timeout (which closes the connection) is the safety net.
+_TIMEOUT_MARGIN = 1.0
+
+
+def _descriptor_closed(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return True
+    return False
+
+
+_aiopg_ready = aiopg.Connection._ready
+
+
+def _ready(weak_self: weakref.ref[Any]) -> None:
+    """aiopg's ``Connection._ready``, then: if libpq closed the socket, unwatch its number now (aiopg#909)."""
+    conn = weak_self()
+    if conn is None:
+        return
+    fd, writing = conn._fileno, conn._writing
+    try:
+        _aiopg_ready(weak_self)
+    finally:
+        if fd is not None and _descriptor_closed(fd):
+            conn._fileno = None
+            conn._writing = False
+            loop = conn._loop
+            # On a closed descriptor the removal itself may complain (asyncio OSError,
+            # uvloop RuntimeError on a watch libuv ended): it has forgotten it either way.
+            if writing:
+                with suppress(OSError, RuntimeError, ValueError):
+                    loop.remove_writer(fd)
+            with suppress(OSError, RuntimeError, ValueError):
+                loop.remove_reader(fd)
+        lost = conn.__dict__.get("_aiorest_lost")
+        if lost is not None and conn._conn.closed:
+            lost()
+
+
+if aiopg.__version__.startswith("1.4.") and getattr(aiopg.Connection._ready, "__name__", "") != "_ready_mended":
+    _ready.__name__ = "_ready_mended"
+    aiopg.Connection._ready = staticmethod(_ready)  # type: ignore[method-assign]
+
+
+class _AiopgConnection:
+    """One aiopg connection and its one cursor, as the pool's Connection (driver.py).
+
+    A cancelled statement is not left running: aiopg closes the connection
+    (so ``interrupted`` never holds). PostgreSQL's statement timeout comes back
+    from aiopg as a CancelledError the task was not sent: it is told apart and
+    raised as StatementTimeout.
+    """
+
+    interrupted = False
+
+    def __init__(
+        self, conn: aiopg.Connection, cursor: aiopg.Cursor, *, timeout: float, give_back: Any = None
+    ) -> None:
+        self.conn = conn
+        self._cursor = cursor
+        self._timeout = timeout
+        self._give_back = give_back  # borrowed: the aiopg pool's release
+        self._idle_check = select.poll()
+        self._idle_check.register(conn.raw.fileno(), select.POLLIN)
+        self.broken = False
+        self.sent = False
+
+    @property
+    def reusable(self) -> bool:
+        conn = self.conn
+        return not self.broken and not conn.closed and conn.raw.get_transaction_status() == _IDLE
+
+    async def execute(self, sql: str, params: Params = None, *, prepare: bool = True) -> Any:
+        self.sent = False
+        self._check_alive()
+        try:
+            await self._cursor.execute(sql, params, timeout=self._timeout)
+        except _REFUSED_BEFORE_SENDING as exc:
+            if self.conn.closed:
+                self.broken = True
+                raise
+            error = nul_error(exc, params)
+            if error is not None:
+                raise error from exc
+            raise
+        except asyncio.CancelledError:
+            self.broken = self.conn.closed
+            task = asyncio.current_task()
+            if not self.broken and task is not None and not task.cancelling():
+                self.sent = True
+                raise StatementTimeout() from None  # aiopg's answer to QueryCanceledError
+            self.broken = True
+            raise
+        except TimeoutError:
+            self.broken = True  # aiopg closed it
+            self.sent = True
+            raise StatementTimeout() from None
+        except psycopg2.Error:
+            self.sent = True
+            if self.conn.closed:
+                self.broken = True
+            raise
+        self.sent = True
+        return self._cursor.raw
+
+    def _check_alive(self) -> None:
+        """Raise, nothing sent, if the server ended the connection while it was idle (as connection.py does)."""
+        conn = self.conn
+        if not conn.closed and self._idle_check.poll(0):
+            _ready(conn._weakref)  # aiopg's reader, now: the end of the stream closes the connection
+            notices = conn.raw.notices
+            if not conn.closed and notices and notices[-1].startswith("FATAL:"):
+                self.close()
+        if conn.closed:
+            self.broken = True
+            raise psycopg2.OperationalError("the server closed the connection")
+
+    async def recover(self) -> None:
+        raise psycopg2.OperationalError("aiopg closes a connection whose statement was cancelled")
+
+    def close(self) -> None:
+        # The cursor stays open: the statement that just ran is read after its connection is released.
+        if self._give_back is not None:
+            if not self.conn.closed and not self.reusable:
+                self.conn.close()  # not back into the app's pool in a transaction or broken
+            self._give_back(self.conn)
+        else:
+            self.conn.close()
+
+
+class AiopgDriver:
+    """``Database(driver="aiopg")``: connections opened with ``aiopg.connect``."""
+
+    name = "aiopg"
+    owns_connections = True
+    prepares = False
+
+    async def connect(self, options: ConnectOptions) -> Connection:
+        conn = await aiopg.connect(
+            options.dsn,
+            timeout=options.statement_timeout + _TIMEOUT_MARGIN,
+            enable_hstore=False,  # one query less per connection; aiopg's pool default keeps it
+            application_name=options.application_name,
+        )
+        try:
+            cursor = await conn.cursor()
+        except BaseException:
+            conn.close()
+            raise
+        connection = _AiopgConnection(conn, cursor, timeout=options.statement_timeout + _TIMEOUT_MARGIN)
+        conn.__dict__["_aiorest_lost"] = lambda: _report_loss(connection, options)
+        return connection
+
+
+def _report_loss(connection: _AiopgConnection, options: ConnectOptions) -> None:
+    """aiopg closed an owned connection whose backend died: the pool hears of it once (and reconnects)."""
+    if connection.broken:
+        return
+    connection.broken = True
+    connection.conn.__dict__["_aiorest_lost"] = None
+    notices = connection.conn.raw.notices
+    reason = notices[-1].strip() if notices else "the server closed the connection"
+    options.lost(connection, psycopg2.OperationalError(reason))
+
+
+class AiopgPoolDriver:
+    """``Database.from_aiopg(pool)``: connections borrowed from the app's ``aiopg.Pool``, given back on release."""
+
+    name = "aiopg"
+    owns_connections = False
+    prepares = False
+
+    def __init__(self, pool: aiopg.Pool | Callable[[], aiopg.Pool]) -> None:
+        self._pool = pool
+
+    @property
+    def pool(self) -> aiopg.Pool:
+        pool = self._pool
+        return pool if isinstance(pool, aiopg.Pool) else pool()
+
+    async def connect(self, options: ConnectOptions) -> Connection:
+        pool = self.pool
+        conn = await pool.acquire()
+        try:
+            cursor = await conn.cursor()
+        except BaseException:
+            pool.release(conn)
+            raise
+        return _AiopgConnection(conn, cursor, timeout=options.statement_timeout + _TIMEOUT_MARGIN, give_back=pool.release)
