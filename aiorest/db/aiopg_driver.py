@@ -3,9 +3,9 @@
 ``Database(dsn, driver="aiopg")`` opens ``aiopg.Connection`` objects itself;
 ``Database.from_aiopg(pool)`` borrows them from an ``aiopg.Pool`` the app
 already has, per statement or transaction, and gives them back at once, so the
-app's own ``pool.acquire()`` code keeps working beside it. Either way a
-statement runs through ``aiopg.Cursor.execute`` and the pool, queries and error
-mapping above are aiorest's (driver.py).
+app's own ``pool.acquire()`` code keeps working beside it. Either way aiopg's
+connection drives each statement (its reader and writer callbacks), and the
+pool, queries and error mapping above are aiorest's (driver.py).
 
 aiopg 1.4's uvloop bug (https://github.com/aio-libs/aiopg/issues/909): when
 libpq closes a connection's socket while aiopg waits to write on it (a
@@ -89,25 +89,28 @@ if aiopg.__version__.startswith("1.4.") and getattr(aiopg.Connection._ready, "__
 
 
 class _AiopgConnection:
-    """One aiopg connection and its one cursor, as the pool's Connection (driver.py).
+    """One aiopg connection and a psycopg2 cursor on it, as the pool's Connection (driver.py).
 
-    A cancelled statement is not left running: aiopg closes the connection
-    (so ``interrupted`` never holds). PostgreSQL's statement timeout comes back
-    from aiopg as a CancelledError the task was not sent: it is told apart and
-    raised as StatementTimeout.
+    A statement is sent as ``aiopg.Cursor.execute`` sends it (psycopg2's
+    cursor, then aiopg's reader and writer callbacks drive the connection
+    until it answers), but awaited here: without aiopg's ``wait_for`` per
+    statement, and with PostgreSQL's statement timeout coming back as its
+    QueryCanceled error (which ``aiopg.Cursor.execute`` turns into a
+    CancelledError and an ERROR log line). Past ``timeout`` the connection is
+    closed, as aiopg does. A task cancelled mid-statement closes it too (as
+    aiopg does), so ``interrupted`` never holds.
     """
 
     interrupted = False
 
-    def __init__(
-        self, conn: aiopg.Connection, cursor: aiopg.Cursor, *, timeout: float, give_back: Any = None
-    ) -> None:
+    def __init__(self, conn: aiopg.Connection, *, timeout: float, give_back: Any = None) -> None:
         self.conn = conn
-        self._cursor = cursor
+        self._cursor = conn.raw.cursor()
         self._timeout = timeout
         self._give_back = give_back  # borrowed: the aiopg pool's release
         self._idle_check = select.poll()
         self._idle_check.register(conn.raw.fileno(), select.POLLIN)
+        self._timed_out = False
         self.broken = False
         self.sent = False
 
@@ -119,35 +122,49 @@ class _AiopgConnection:
     async def execute(self, sql: str, params: Params = None, *, prepare: bool = True) -> Any:
         self.sent = False
         self._check_alive()
+        conn = self.conn
+        waiter = conn._create_waiter("cursor.execute")
         try:
-            await self._cursor.execute(sql, params, timeout=self._timeout)
+            self._cursor.execute(sql, params)
         except _REFUSED_BEFORE_SENDING as exc:
-            if self.conn.closed:
+            conn._waiter = None
+            if conn.closed:
                 self.broken = True
                 raise
             error = nul_error(exc, params)
             if error is not None:
                 raise error from exc
             raise
-        except asyncio.CancelledError:
-            self.broken = self.conn.closed
-            task = asyncio.current_task()
-            if not self.broken and task is not None and not task.cancelling():
-                self.sent = True
-                raise StatementTimeout() from None  # aiopg's answer to QueryCanceledError
+        except BaseException:
+            conn._waiter = None
             self.broken = True
             raise
-        except TimeoutError:
-            self.broken = True  # aiopg closed it
-            self.sent = True
-            raise StatementTimeout() from None
-        except psycopg2.Error:
-            self.sent = True
-            if self.conn.closed:
-                self.broken = True
-            raise
         self.sent = True
-        return self._cursor.raw
+        self._timed_out = False
+        timer = conn._loop.call_later(self._timeout, self._expire)
+        try:
+            _ready(conn._weakref)  # as aiopg's _poll begins
+            await waiter
+        except asyncio.CancelledError:
+            self.broken = True
+            conn.close()
+            raise
+        except psycopg2.Error:
+            if conn.closed:
+                self.broken = True
+            if self._timed_out:
+                raise StatementTimeout() from None
+            raise
+        finally:
+            timer.cancel()
+            conn._waiter = None
+        return self._cursor
+
+    def _expire(self) -> None:
+        """The statement outlived PostgreSQL's own timeout by a margin (a silent server): close the connection."""
+        self._timed_out = True
+        self.broken = True
+        self.conn.close()
 
     def _check_alive(self) -> None:
         """Raise, nothing sent, if the server ended the connection while it was idle (as connection.py does)."""
@@ -188,12 +205,7 @@ class AiopgDriver:
             enable_hstore=False,  # one query less per connection; aiopg's pool default keeps it
             application_name=options.application_name,
         )
-        try:
-            cursor = await conn.cursor()
-        except BaseException:
-            conn.close()
-            raise
-        connection = _AiopgConnection(conn, cursor, timeout=options.statement_timeout + _TIMEOUT_MARGIN)
+        connection = _AiopgConnection(conn, timeout=options.statement_timeout + _TIMEOUT_MARGIN)
         conn.__dict__["_aiorest_lost"] = lambda: _report_loss(connection, options)
         return connection
 
@@ -228,8 +240,7 @@ class AiopgPoolDriver:
         pool = self.pool
         conn = await pool.acquire()
         try:
-            cursor = await conn.cursor()
+            return _AiopgConnection(conn, timeout=options.statement_timeout + _TIMEOUT_MARGIN, give_back=pool.release)
         except BaseException:
             pool.release(conn)
             raise
-        return _AiopgConnection(conn, cursor, timeout=options.statement_timeout + _TIMEOUT_MARGIN, give_back=pool.release)
