@@ -70,7 +70,7 @@ def _ready(weak_self: weakref.ref[Any]) -> None:
         if fd is not None and _descriptor_closed(fd):
             conn._fileno = None
             conn._writing = False
-            loop = conn._loop
+            loop = asyncio.get_running_loop()
             # On a closed descriptor the removal itself may complain (asyncio OSError,
             # uvloop RuntimeError on a watch libuv ended): it has forgotten it either way.
             if writing:
@@ -79,7 +79,7 @@ def _ready(weak_self: weakref.ref[Any]) -> None:
             with suppress(OSError, RuntimeError, ValueError):
                 loop.remove_reader(fd)
         lost = conn.__dict__.get("_aiorest_lost")
-        if lost is not None and conn._conn.closed:
+        if lost is not None and conn.closed:
             lost()
 
 
@@ -105,6 +105,7 @@ class _AiopgConnection:
 
     def __init__(self, conn: aiopg.Connection, *, timeout: float, give_back: Any = None) -> None:
         self.conn = conn
+        self._ref = weakref.ref(conn)
         self._cursor = conn.raw.cursor()
         self._timeout = timeout
         self._give_back = give_back  # borrowed: the aiopg pool's release
@@ -123,40 +124,38 @@ class _AiopgConnection:
         self.sent = False
         self._check_alive()
         conn = self.conn
-        waiter = conn._create_waiter("cursor.execute")
+        waiter = conn._create_waiter("cursor.execute")  # refuses a second statement at once, as aiopg does
         try:
-            self._cursor.execute(sql, params)
-        except _REFUSED_BEFORE_SENDING as exc:
-            conn._waiter = None
-            if conn.closed:
+            try:
+                self._cursor.execute(sql, params)
+            except _REFUSED_BEFORE_SENDING as exc:
+                # Nothing was sent: the connection, and any transaction on it, is as it was.
+                error = None if conn.closed else nul_error(exc, params)
+                if error is not None:
+                    raise error from exc
+                self.broken = bool(conn.closed)
+                raise
+            except BaseException:
                 self.broken = True
                 raise
-            error = nul_error(exc, params)
-            if error is not None:
-                raise error from exc
-            raise
-        except BaseException:
-            conn._waiter = None
-            self.broken = True
-            raise
-        self.sent = True
-        self._timed_out = False
-        timer = conn._loop.call_later(self._timeout, self._expire)
-        try:
-            _ready(conn._weakref)  # as aiopg's _poll begins
-            await waiter
-        except asyncio.CancelledError:
-            self.broken = True
-            conn.close()
-            raise
-        except psycopg2.Error:
-            if conn.closed:
+            self.sent = True
+            self._timed_out = False
+            timer = asyncio.get_running_loop().call_later(self._timeout, self._expire)
+            try:
+                _ready(self._ref)  # as aiopg's _poll begins
+                await waiter
+            except asyncio.CancelledError:
                 self.broken = True
-            if self._timed_out:
-                raise StatementTimeout() from None
-            raise
+                conn.close()
+                raise
+            except psycopg2.Error:
+                self.broken = bool(conn.closed)
+                if self._timed_out:
+                    raise StatementTimeout() from None
+                raise
+            finally:
+                timer.cancel()
         finally:
-            timer.cancel()
             conn._waiter = None
         return self._cursor
 
@@ -170,7 +169,7 @@ class _AiopgConnection:
         """Raise, nothing sent, if the server ended the connection while it was idle (as connection.py does)."""
         conn = self.conn
         if not conn.closed and self._idle_check.poll(0):
-            _ready(conn._weakref)  # aiopg's reader, now: the end of the stream closes the connection
+            _ready(self._ref)  # aiopg's reader, now: the end of the stream closes the connection
             notices = conn.raw.notices
             if not conn.closed and notices and notices[-1].startswith("FATAL:"):
                 self.close()

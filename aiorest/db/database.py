@@ -180,7 +180,7 @@ class Database(Pool, _Queries):
     ``application_name`` names the connections in ``pg_stat_activity``.
     ``driver``: ``"psycopg2"`` (the default: aiorest's own connections over
     psycopg2's asynchronous mode, with prepared statements) or ``"aiopg"``
-    (aiopg's connections, never prepared; ``pip install 'aiorest[aiopg]'``).
+    (aiopg's connections, never prepared; ``pip install ".[aiopg]"`` in aiorest's checkout).
     To run on an ``aiopg.Pool`` the app already has, see :meth:`from_aiopg`.
 
     Inside ``async with db.transaction():`` the helpers of ``db`` use the
@@ -207,8 +207,9 @@ class Database(Pool, _Queries):
         ``pool.acquire()`` code shares it. ``pool`` may also be a function
         returning the pool, called when the Database opens: for a pool the app
         makes in one of its contexts (added before ``setup``). ``max_size``
-        (default: the pool's ``maxsize``, or aiopg's default of 10) bounds how many it borrows at a time; past that requests
-        queue first come first served, up to ``acquire_timeout``. The
+        (default: the pool's ``maxsize``, or aiopg's default of 10) bounds how
+        many it borrows at a time; past that requests queue first come first
+        served, up to ``acquire_timeout``. The
         connections' sessions are left as the app set them: the statement
         timeout is enforced by aiopg's timeout (the connection is closed), a
         second past ``statement_timeout``. ``pool`` stays the app's: closing

@@ -104,6 +104,8 @@ def driver_named(name: str) -> Driver:
         try:
             from .aiopg_driver import AiopgDriver
         except ImportError as exc:
-            raise RuntimeError(f"driver='aiopg' needs aiopg: pip install 'aiorest[aiopg]' ({exc})") from exc
+            raise RuntimeError(
+                f"driver='aiopg' needs aiopg: pip install '.[aiopg]' in aiorest's checkout ({exc})"
+            ) from exc
         return AiopgDriver()
     raise ValueError(f"driver must be 'psycopg2' or 'aiopg', got {name!r}")

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from bench.process import free_port
-from tests.db.test_db_restart import NOISE, Postgres, pool_state, postgres  # noqa: F401  # postgres: a fixture
+from tests.db.test_db_restart import NOISE, Postgres, pool_state
+from tests.db.test_db_restart import postgres as postgres  # a fixture
 
 pytest.importorskip("aiopg")
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,7 +123,13 @@ async def test_a_restart_under_wrk_gives_200_or_503_and_a_full_pool(postgres: Po
                         break
                 await asyncio.sleep(0.05)
         wrk = await asyncio.create_subprocess_exec(
-            "wrk", "-t2", "-c64", "-d6s", "-s", str(STATUSES), f"http://127.0.0.1:{port}/db",
+            "wrk",
+            "-t2",
+            "-c64",
+            "-d6s",
+            "-s",
+            str(STATUSES),
+            f"http://127.0.0.1:{port}/db",
             stdout=asyncio.subprocess.PIPE,
         )
         await asyncio.sleep(2)
