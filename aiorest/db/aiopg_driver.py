@@ -112,6 +112,7 @@ class _AiopgConnection:
         self._idle_check = select.poll()
         self._idle_check.register(conn.raw.fileno(), select.POLLIN)
         self._timed_out = False
+        self._closed = False
         self.broken = False
         self.sent = False
 
@@ -172,7 +173,7 @@ class _AiopgConnection:
             _ready(self._ref)  # aiopg's reader, now: the end of the stream closes the connection
             notices = conn.raw.notices
             if not conn.closed and notices and notices[-1].startswith("FATAL:"):
-                self.close()
+                conn.close()  # the backend is ending: given back (closed) when the pool releases it
         if conn.closed:
             self.broken = True
             raise psycopg2.OperationalError("the server closed the connection")
@@ -181,13 +182,17 @@ class _AiopgConnection:
         raise psycopg2.OperationalError("aiopg closes a connection whose statement was cancelled")
 
     def close(self) -> None:
+        """Close the connection, or give a borrowed one back (closed if it is not reusable): once."""
         # The cursor stays open: the statement that just ran is read after its connection is released.
+        if self._closed:
+            return  # a borrowed connection given back twice would be the app's pool's error
         if self._give_back is not None:
             if not self.conn.closed and not self.reusable:
                 self.conn.close()  # not back into the app's pool in a transaction or broken
             self._give_back(self.conn)
         else:
             self.conn.close()
+        self._closed = True
 
 
 class AiopgDriver:
@@ -237,7 +242,12 @@ class AiopgPoolDriver:
 
     async def connect(self, options: ConnectOptions) -> Connection:
         pool = self.pool
-        conn = await pool.acquire()
+        try:
+            conn = await pool.acquire()
+        except AssertionError as exc:
+            # aiopg 1.4's Pool._acquire asserts a connection it just filled is open:
+            # a backend that died in that tick (a restart) fails it. The database is away: 503.
+            raise psycopg2.OperationalError(f"aiopg's pool lost a connection as it was handed out: {exc!r}") from exc
         try:
             return _AiopgConnection(conn, timeout=options.statement_timeout + _TIMEOUT_MARGIN, give_back=pool.release)
         except BaseException:

@@ -5,7 +5,11 @@ attempt refused while aiopg waits to write); under uvloop the next socket
 given that descriptor number is poisoned. Importing aiorest's aiopg driver
 mends it (aiorest/db/aiopg_driver.py). Then PostgreSQL restarted under
 ``wrk -c64`` on ``/db`` gives 200s and 503s with Retry-After only, no
-traceback, and the pool full again — on either driver.
+traceback, and the pool full again — on either driver, and on an aiopg pool
+the app made itself (``from_aiopg``). With the mend taken out, the restart
+test on aiopg fails (measured 3 runs out of 3: 4 to 25 answers of 500, and the
+log full of ``RuntimeError: unable to perform operation on <UVPoll
+closed=True>``).
 """
 
 from __future__ import annotations
@@ -74,11 +78,24 @@ def test_a_refused_connection_poisons_the_next_socket_unless_mended(database_url
 POOL = 8
 APP = f"""
 import os
+from contextlib import asynccontextmanager
 from aiorest import App
 from aiorest.db import Database
 
 app = App()
-db = Database(min_size={POOL}, max_size={POOL}, acquire_timeout=1, driver=os.environ["DATABASE_DRIVER"])
+if os.environ["DRIVER"] == "from_aiopg":  # the app's own aiopg pool, made in one of its contexts
+    import aiopg
+
+    @asynccontextmanager
+    async def aiopg_pool(app):
+        async with aiopg.create_pool(os.environ["DATABASE_URL"], minsize={POOL}, maxsize={POOL}) as pool:
+            app.state.pool = pool
+            yield
+
+    app.contexts.append(aiopg_pool)
+    db = Database.from_aiopg(lambda: app.state.pool, acquire_timeout=1)
+else:
+    db = Database(min_size={POOL}, max_size={POOL}, acquire_timeout=1, driver=os.environ["DRIVER"])
 db.setup(app)
 
 
@@ -89,12 +106,14 @@ async def one(request):
 
 @app.get("/pool")
 async def pool(request):
+    if os.environ["DRIVER"] == "from_aiopg":  # the app's pool, which aiorest borrows from
+        return {{"size": app.state.pool.size, "idle": app.state.pool.freesize}}
     return {{"size": db.size, "idle": db.idle}}
 """
 
 
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
-@pytest.mark.parametrize("driver", ["psycopg2", "aiopg"])
+@pytest.mark.parametrize("driver", ["psycopg2", "aiopg", "from_aiopg"])
 async def test_a_restart_under_wrk_gives_200_or_503_and_a_full_pool(postgres: Postgres, tmp_path: Path, driver: str):
     (tmp_path / "restart_app.py").write_text(APP)
     port = free_port()
@@ -102,7 +121,7 @@ async def test_a_restart_under_wrk_gives_200_or_503_and_a_full_pool(postgres: Po
     env = {
         **os.environ,
         "DATABASE_URL": postgres.url,
-        "DATABASE_DRIVER": driver,
+        "DRIVER": driver,
         "PYTHONWARNINGS": "default",
         "PYTHONPATH": str(ROOT),
     }
@@ -136,7 +155,7 @@ async def test_a_restart_under_wrk_gives_200_or_503_and_a_full_pool(postgres: Po
         await asyncio.to_thread(postgres.restart)
         output, _ = await wrk.communicate()
         answers = json.loads(output.decode().strip().splitlines()[-1])
-        assert answers["other"] == 0 and answers["no_retry_after"] == 0, answers
+        assert answers["other"] == 0 and answers["no_retry_after"] == 0, (answers, log.read_text())
         assert answers["200"] > 0 and answers["503"] > 0, f"the restart went unnoticed: {answers}"
         async with asyncio.timeout(5):
             while await pool_state(port) != {"size": POOL, "idle": POOL}:
