@@ -111,11 +111,15 @@ async def test_a_borrowed_pool_is_shared_and_stays_the_app_s(database_url: str) 
         assert not pool.closed
 
 
-async def test_the_capacity_check_covers_a_borrowed_pool(database_url: str) -> None:
+async def test_the_capacity_check_covers_both_flavours(database_url: str) -> None:
+    too_large = "database pool too large: pool max 4000 × 2 workers"
+    with pytest.raises(RuntimeError, match=too_large):
+        await Database(database_url, driver="aiopg", min_size=1, max_size=4000, workers=2).open()
     async with aiopg.create_pool(database_url, minsize=0, maxsize=4) as pool:
         db = Database.from_aiopg(pool, max_size=4000, workers=2)
-        with pytest.raises(RuntimeError, match="database pool too large: pool max 4000 × 2 workers"):
+        with pytest.raises(RuntimeError, match=too_large):
             await db.open()
+        assert pool.freesize == pool.size  # the connection borrowed for the check went back
 
 
 @pytest.mark.parametrize("flavour", ["aiopg", "from_aiopg"])
