@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from bench.process import free_port
-from tests.db.test_db_restart import NOISE, Postgres, pool_state
+from tests.db.test_db_restart import LOST_LINE, NOISE, Postgres, pool_state
 from tests.db.test_db_restart import postgres as postgres  # a fixture
 
 pytest.importorskip("aiopg")
@@ -175,3 +175,8 @@ async def test_a_restart_under_wrk_gives_200_or_503_and_a_full_pool(postgres: Po
     text = log.read_text()
     assert server.returncode == 0, text
     assert not [noise for noise in (*NOISE, "UVPoll") if noise in text], text
+    warnings = [line for line in text.splitlines() if " WARNING " in line or " ERROR " in line]
+    if driver == "from_aiopg":  # the connections are the app's pool's, which drops the dead ones quietly
+        assert warnings == [], text
+    else:  # the pool's one line for the burst of losses
+        assert len(warnings) == 1 and LOST_LINE.search(warnings[0]), text
