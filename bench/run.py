@@ -2,13 +2,15 @@
 
     python bench/run.py core --rounds 30            # /json, /plaintext: aiorest, aiohttp, ceiling
     python bench/run.py db --rounds 10              # TechEmpower DB endpoints on PostgreSQL
+    python bench/run.py drivers --rounds 30         # the example app on its two database drivers
     python bench/run.py --smoke --contenders aiohttp,ceiling --endpoints json   # a quick check
     python bench/run.py core --against /tmp/old-aiorest --contenders aiorest    # this tree over another
 
 ``--against DIR`` adds the same aiorest server run from another checkout of
 aiorest (``git worktree add DIR REV``), named ``aiorest@DIR``: the ratio
 ``aiorest/aiorest@DIR`` is this tree's throughput over that one's, measured side
-by side (core suite only).
+by side (the core suite's server; the example app on the default driver in the
+db and drivers suites).
 
 Each round starts every contender fresh (one process, pinned to CPU 0), warms it
 up, drives it with wrk (pinned to CPU 1), stops it, and rotates the order of
@@ -59,17 +61,22 @@ CORE = [
     Contender("aiohttp", [sys.executable, str(SERVERS / "aiohttp_app.py"), "--port", "{port}"]),
     Contender("ceiling", [sys.executable, str(SERVERS / "ceiling.py"), "--port", "{port}"]),
 ]
+EXAMPLE_APP = [sys.executable, "-m", "aiorest", "run", "example_app:app", "--port", "{port}", "--log-level", "warning"]
 DB = [
-    Contender(
-        "aiorest",
-        [sys.executable, "-m", "aiorest", "run", "example_app:app", "--port", "{port}", "--log-level", "warning"],
-    ),
+    Contender("aiorest", EXAMPLE_APP),
     Contender("aiohttp", [sys.executable, str(SERVERS / "aiohttp_app.py"), "--port", "{port}"]),
+]
+# The example app on each database driver (docs/database.rst, choosing a driver).
+DRIVERS = [
+    Contender("aiorest", EXAMPLE_APP),
+    Contender("aiorest-aiopg", EXAMPLE_APP, {"DATABASE_DRIVER": "aiopg"}),
 ]
 SUITES = {
     "core": (CORE, ["/json", "/plaintext"]),
     "db": (DB, ["/db", "/queries?queries=20", "/fortunes", "/updates?queries=20"]),
+    "drivers": (DRIVERS, ["/db", "/queries?queries=20", "/fortunes"]),
 }
+DB_SUITES = ("db", "drivers")
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -242,10 +249,10 @@ def select(items: list[T], name: Callable[[T], str], wanted: str | None, what: s
 def suite_environment(suite: str, dsn: str | None) -> dict[str, str]:
     """The servers' environment; for the db suite, the database (migrated) and pools of 32."""
     env = dict(os.environ)
-    if suite != "db":
+    if suite not in DB_SUITES:
         return env
     if not dsn:
-        raise SystemExit("the db suite needs a database: --dsn postgresql://... or DATABASE_URL")
+        raise SystemExit(f"the {suite} suite needs a database: --dsn postgresql://... or DATABASE_URL")
     env.update(DATABASE_URL=dsn, DATABASE_POOL_MIN="32", DATABASE_POOL_MAX="32", BENCH_POOL_SIZE="32")
     migrate = subprocess.run(
         [sys.executable, "-m", "aiorest", "migrate", "--dir", "migrations", "--dsn", dsn],
@@ -258,14 +265,18 @@ def suite_environment(suite: str, dsn: str | None) -> dict[str, str]:
     return env
 
 
-def against(checkout: Path) -> Contender:
-    """The core suite's aiorest server, run from another checkout (its own aiorest first on the path)."""
+def against(checkout: Path, suite: str) -> Contender:
+    """The suite's aiorest server, run from another checkout (its own aiorest first on the path)."""
     checkout = checkout.resolve()
+    name, env = f"aiorest@{checkout.name}", {"PYTHONPATH": str(checkout)}
+    if suite in DB_SUITES:
+        if not (checkout / "example_app" / "app.py").is_file():
+            raise SystemExit(f"--against {checkout}: no example_app there")
+        return Contender(name, EXAMPLE_APP, {**env, "DATABASE_DRIVER": "psycopg2"})
     script = checkout / "bench" / "servers" / "aiorest_app.py"
     if not script.is_file():
         raise SystemExit(f"--against {checkout}: no bench/servers/aiorest_app.py there")
-    command = [sys.executable, str(script), "--port", "{port}"]
-    return Contender(f"aiorest@{checkout.name}", command, {"PYTHONPATH": str(checkout)})
+    return Contender(name, [sys.executable, str(script), "--port", "{port}"], env)
 
 
 def main() -> None:
@@ -278,18 +289,16 @@ def main() -> None:
     parser.add_argument("--endpoints", default=None, help="comma-separated subset, e.g. json,plaintext")
     parser.add_argument("--smoke", action="store_true", help="a quick check: 2 rounds of 1 s")
     parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL"), help="db suite: a PostgreSQL URL")
-    parser.add_argument("--against", type=Path, help="core suite: also run aiorest from this other checkout")
+    parser.add_argument("--against", type=Path, help="also run aiorest from this other checkout")
     args = parser.parse_args()
-    if args.against is not None and args.suite != "core":
-        parser.error("--against compares the core suite's servers only")
     require_wrk()
     if args.smoke:
         args.rounds, args.duration = 2, 1.0
     contenders = list(select(SUITES[args.suite][0], lambda c: c.name, args.contenders, "contender"))
     if args.against is not None:
-        contenders.append(against(args.against))
+        contenders.append(against(args.against, args.suite))
     paths = select(SUITES[args.suite][1], lambda p: p.lstrip("/").split("?")[0], args.endpoints, "endpoint")
-    levels = [int(x) for x in (args.connections or ("64,256" if args.suite == "db" else "64")).split(",")]
+    levels = [int(x) for x in (args.connections or ("64,256" if args.suite in DB_SUITES else "64")).split(",")]
     env = suite_environment(args.suite, args.dsn)
     host = describe()  # before the load: its load average says how busy the machine was
     out = ROOT / "bench" / "out" / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{args.suite}"
@@ -297,8 +306,9 @@ def main() -> None:
     raw: list[Record] = []
 
     def run() -> None:
-        with postgres_pinned(1) if args.suite == "db" else nullcontext():
-            run_suite(contenders, paths, args.rounds, args.duration, levels, env, args.suite == "db", raw)
+        db = args.suite in DB_SUITES
+        with postgres_pinned(1) if db else nullcontext():
+            run_suite(contenders, paths, args.rounds, args.duration, levels, env, db, raw)
 
     failure = keep_measuring(out, raw, run)
     summary = summarise_suite(raw, args.suite, [c.name for c in contenders], paths)

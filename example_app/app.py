@@ -130,7 +130,8 @@ def database_from_env() -> Database:
     (default 10: a burst of hundreds of clients queues, it is not an error).
     ``DATABASE_POOLER=transaction`` behind PgBouncer in transaction mode
     (``session`` in session mode); ``DATABASE_PREPARE=0`` turns prepared
-    statements off alone.
+    statements off alone. ``DATABASE_DRIVER=aiopg`` runs the pool on aiopg's
+    connections (default ``psycopg2``, aiorest's own: docs/database.rst, choosing a driver).
     """
     env = os.environ
     per_worker = env.get("DATABASE_POOL_MAX")
@@ -142,6 +143,7 @@ def database_from_env() -> Database:
         acquire_timeout=float(env.get("DATABASE_ACQUIRE_TIMEOUT", "10")),
         prepare=None if prepare is None else prepare not in ("0", "false", "no", "off"),
         pooler=env.get("DATABASE_POOLER") or None,  # type: ignore[arg-type]  # Database checks the value
+        driver=env.get("DATABASE_DRIVER") or "psycopg2",  # type: ignore[arg-type]  # Database checks the value
     )
 
 

@@ -350,6 +350,19 @@ async def exercise_inventory(module: ModuleType, client: Any) -> None:
         assert await response.json() == {"sku": "pear", "qty": 1}
 
 
+async def exercise_aiopg_pool(module: ModuleType, client: Any) -> None:
+    async with client.post("/pages/home") as response:
+        assert response.status == 200 and await response.json() == {"name": "home", "visits": 0}
+    async with client.post("/pages/home") as response:
+        assert response.status == 409  # the unique violation, as on the default driver
+    async with client.post("/pages/home/visit") as response:
+        assert await response.json() == {"name": "home", "visits": 1}
+    async with client.get("/pages") as response:  # the service's own aiopg code
+        assert await response.json() == [{"name": "home", "visits": 1}]
+    pool = module.app.state.pool
+    assert pool.freesize == pool.size  # every borrowed connection given back
+
+
 async def exercise_behind_proxy(module: ModuleType, client: Any, caplog: pytest.LogCaptureFixture) -> None:
     server = aiorest.Server(module.app, port=0, forwarded_allow_ips="127.0.0.1", health=True, max_concurrency=64)
     await server.start()
@@ -572,6 +585,7 @@ async def exercise_auth_sessions(module: ModuleType, client: Any) -> None:
 EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "behind_proxy": exercise_behind_proxy,
     "inventory": exercise_inventory,
+    "aiopg_pool": exercise_aiopg_pool,
     "hello": exercise_hello,
     "notes": exercise_notes,
     "route_table": exercise_route_table,
@@ -607,7 +621,7 @@ async def test_example(
     caplog: pytest.LogCaptureFixture,
     request: pytest.FixtureRequest,
 ) -> None:
-    if name == "inventory":  # needs PostgreSQL: a fresh database, through $DATABASE_URL
+    if name in ("inventory", "aiopg_pool"):  # needs PostgreSQL: a fresh database, through $DATABASE_URL
         monkeypatch = request.getfixturevalue("monkeypatch")
         monkeypatch.setenv("DATABASE_URL", request.getfixturevalue("database_url"))
     module = load_example(name)

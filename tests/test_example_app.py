@@ -15,10 +15,10 @@ from aiorest.db import Database
 from example_app import create_app
 
 
-@pytest.fixture
-async def client(aiorest_client, shared_database_url):
-    """A client logged in as a new user: its cookie jar holds the session."""
-    app = create_app(Database(shared_database_url, min_size=2, max_size=16))
+@pytest.fixture(params=["psycopg2", "aiopg"])
+async def client(aiorest_client, shared_database_url, request):
+    """A client logged in as a new user: its cookie jar holds the session; on each database driver."""
+    app = create_app(Database(shared_database_url, min_size=2, max_size=16, driver=request.param))
     client = await aiorest_client(app)
     await log_in(client, unique("user"))
     return client

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 from .. import __version__
 from .._support.errors import one_line
@@ -65,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
         " repeat it to apply several folders in the order given",
     )
     migrate.add_argument("--dsn", help="PostgreSQL URL (default $DATABASE_URL)")
+    migrate.add_argument(
+        "--driver",
+        choices=["psycopg2", "aiopg"],
+        default=os.environ.get("DATABASE_DRIVER") or "psycopg2",
+        help="the database driver (default $DATABASE_DRIVER, else psycopg2)",
+    )
     return parser
 
 
@@ -89,14 +96,14 @@ def _on_worker_exit(args: argparse.Namespace) -> Callable[[int], None] | None:
     return worker_exited
 
 
-def _migrate(action: str, directories: Sequence[str], dsn: str | None) -> int:
+def _migrate(action: str, directories: Sequence[str], dsn: str | None, driver: Literal["psycopg2", "aiopg"]) -> int:
     import asyncio
 
     from ..db.database import Database
     from ..db.migrations import MigrationError, migrate, migration_status
 
     async def go() -> int:
-        db = Database(dsn, min_size=1, max_size=1)
+        db = Database(dsn, min_size=1, max_size=1, driver=driver)
         await db.open()
         try:
             for directory in directories:
@@ -124,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "run":
         _run(args)
     elif args.command == "migrate":
-        raise SystemExit(_migrate(args.action, args.dirs or ["migrations"], args.dsn))
+        raise SystemExit(_migrate(args.action, args.dirs or ["migrations"], args.dsn, args.driver))
 
 
 def _run(args: argparse.Namespace) -> None:

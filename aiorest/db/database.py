@@ -31,12 +31,12 @@ from __future__ import annotations
 import contextvars
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import psycopg2
 import psycopg2.errors
 
-from .connection import _Connection
+from .driver import Connection
 from .errors import (
     ConstraintViolation,
     DatabaseError,
@@ -118,7 +118,7 @@ class _Queries:
 class Transaction(_Queries):
     """One held connection: a transaction (depth 1, savepoints deeper), or autocommit (depth 0)."""
 
-    def __init__(self, connection: _Connection, depth: int) -> None:
+    def __init__(self, connection: Connection, depth: int) -> None:
         self._connection = connection
         self._depth = depth
 
@@ -178,12 +178,57 @@ class Database(Pool, _Queries):
     and in transaction mode statements are not prepared and the statement
     timeout is enforced by cancelling from the client, not by a session SET.
     ``application_name`` names the connections in ``pg_stat_activity``.
+    ``driver``: ``"psycopg2"`` (the default: aiorest's own connections over
+    psycopg2's asynchronous mode, with prepared statements) or ``"aiopg"``
+    (aiopg's connections, never prepared; ``pip install ".[aiopg]"`` in aiorest's checkout).
+    To run on an ``aiopg.Pool`` the app already has, see :meth:`from_aiopg`.
 
     Inside ``async with db.transaction():`` the helpers of ``db`` use the
     transaction's connection, so code that takes ``db`` works in and out of one.
     """
 
     # -- lifecycle ---------------------------------------------------------------
+
+    @classmethod
+    def from_aiopg(
+        cls,
+        pool: Any,
+        *,
+        max_size: int | None = None,
+        acquire_timeout: float = 5.0,
+        statement_timeout: float = 30.0,
+        pooler: Literal["transaction", "session"] | None = None,
+        workers: int | None = None,
+    ) -> Database:
+        """A Database on the app's open ``aiopg.Pool``: same helpers, errors, probes and metrics.
+
+        Each statement (or transaction, or ``connection()`` block) borrows a
+        connection from ``pool`` and gives it back at once, so the app's own
+        ``pool.acquire()`` code shares it. ``pool`` may also be a function
+        returning the pool, called when the Database opens: for a pool the app
+        makes in one of its contexts (added before ``setup``). ``max_size``
+        (default: the pool's ``maxsize``, or aiopg's default of 10) bounds how
+        many it borrows at a time; past that requests queue first come first
+        served, up to ``acquire_timeout``. The
+        connections' sessions are left as the app set them: the statement
+        timeout is enforced by aiopg's timeout (the connection is closed), a
+        second past ``statement_timeout``. ``pool`` stays the app's: closing
+        the Database gives back what it borrowed and leaves the pool open.
+        At open, ``max_size`` × ``workers`` is checked against PostgreSQL as
+        for any Database (unless ``pooler`` is set).
+        """
+        from .aiopg_driver import AiopgPoolDriver
+
+        return cls(
+            None,
+            min_size=0,
+            max_size=max_size or getattr(pool, "maxsize", None) or 10,
+            acquire_timeout=acquire_timeout,
+            statement_timeout=statement_timeout,
+            pooler=pooler,
+            workers=workers,
+            driver=AiopgPoolDriver(pool),
+        )
 
     def setup(self, app: SupportsContexts) -> None:
         """Open the pool at the app's startup and close it at shutdown; ``app.database`` and ``app.state.db`` are this.

@@ -28,7 +28,7 @@ from typing import Literal
 
 from .._support.bursts import BurstLog
 from .._support.errors import first_line
-from .connection import _connect_raw, _Connection
+from .driver import Connection, ConnectOptions, Driver, driver_named
 from .errors import DISCONNECTS, DatabaseUnavailable, PoolTimeout
 
 __all__ = ["Pool"]
@@ -78,7 +78,9 @@ class Pool:
         max_total: int | None = None,
         pooler: Literal["transaction", "session"] | None = None,
         workers: int | None = None,
+        driver: Literal["psycopg2", "aiopg"] | Driver = "psycopg2",
     ) -> None:
+        self.driver = driver_named(driver) if isinstance(driver, str) else driver
         # Until open() shares max_total out between the workers (known by then, not
         # necessarily when the app is made): the whole of it, for one worker.
         self.max_size: int
@@ -96,6 +98,8 @@ class Pool:
             raise ValueError(f"workers must be at least 1, got {workers}")
         if pooler not in (None, "transaction", "session"):
             raise ValueError(f"pooler must be 'transaction', 'session' or None, got {pooler!r}")
+        if prepare and not self.driver.prepares:
+            raise ValueError(f"the {self.driver.name} driver does not prepare statements: prepare=True cannot work")
         if pooler == "transaction" and prepare:
             raise ValueError(
                 "prepare=True cannot work behind a pooler in transaction mode: the next transaction"
@@ -111,10 +115,10 @@ class Pool:
         self.acquire_timeout = acquire_timeout
         self.statement_timeout = statement_timeout
         self.connect_timeout = connect_timeout
-        self.prepare = pooler != "transaction" if prepare is None else prepare
+        self.prepare = self.driver.prepares and pooler != "transaction" if prepare is None else prepare
         self.application_name = application_name
-        self._idle: deque[_Connection] = deque()
-        self._waiters: deque[asyncio.Future[_Connection]] = deque()
+        self._idle: deque[Connection] = deque()
+        self._waiters: deque[asyncio.Future[Connection]] = deque()
         self._given_up = 0  # waiters that timed out or were cancelled since the last sweep
         self._waits = 0  # acquisitions that had to wait for a connection, ever
         self._size = 0  # open connections plus those being opened
@@ -161,9 +165,9 @@ class Pool:
         ``min_size`` is 0) if ``max_size`` × ``workers`` exceeds its
         ``max_connections`` less its reserved connections.
         """
-        if self.dsn is None:
+        if self.dsn is None and self.driver.owns_connections:
             self.dsn = os.environ.get("DATABASE_URL")
-        if not self.dsn:
+        if not self.dsn and self.driver.owns_connections:
             raise RuntimeError("no database: pass Database(dsn) or set DATABASE_URL")
         self._share_out()  # the workers are known now: the app may have been made before they were
         self._closed = False
@@ -171,13 +175,21 @@ class Pool:
             for _ in range(self.min_size):
                 self._size += 1
                 self._idle.append(await self._connect())
-            if self._idle and self.pooler is None:
+            if self.pooler is None and self._idle:
                 await self._check_capacity(self._idle[0])
+            elif self.pooler is None and not self.driver.owns_connections:
+                # A borrowed pool keeps no connection: one is borrowed for the check.
+                self._size += 1
+                connection = await self._connect()
+                try:
+                    await self._check_capacity(connection)
+                finally:
+                    self._discard(connection)
         except BaseException:
             await self.close()
             raise
 
-    async def _check_capacity(self, connection: _Connection) -> None:
+    async def _check_capacity(self, connection: Connection) -> None:
         """Raise if this host's pools could ask PostgreSQL for more connections than it gives."""
         cursor = await connection.execute(
             "SELECT current_setting('max_connections')::int, current_setting('superuser_reserved_connections')::int,"
@@ -238,21 +250,23 @@ class Pool:
         """Acquisitions that had to wait for a connection since the pool was made (a counter)."""
         return self._waits
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self) -> Connection:
         """A new connection, which the caller has counted in ``_size`` (uncounted on failure)."""
-        assert self.dsn is not None
+        options = ConnectOptions(
+            dsn=self.dsn,
+            application_name=self.application_name,
+            prepare=self.prepare,
+            statement_timeout=self.statement_timeout,
+            # Behind a pooler in transaction mode a session's SET lands on
+            # whichever server connection runs it, and stays there for others.
+            cancel_at_timeout=self.pooler == "transaction",
+            lost=self._lost,
+        )
         try:
             async with asyncio.timeout(self.connect_timeout):
-                connection = _Connection(
-                    await _connect_raw(self.dsn, self.application_name),
-                    prepare=self.prepare,
-                    statement_timeout=self.statement_timeout,
-                    # Behind a pooler in transaction mode a session's SET lands on
-                    # whichever server connection runs it, and stays there for others.
-                    cancel_at_timeout=self.pooler == "transaction",
-                    lost=self._lost,
-                )
-                if self.pooler != "transaction":
+                connection = await self.driver.connect(options)
+                # A borrowed connection's session is the app's: left as found.
+                if self.pooler != "transaction" and self.driver.owns_connections:
                     try:
                         timeout = int(self.statement_timeout * 1000)
                         await connection.execute(f"SET statement_timeout = {timeout}", prepare=False)
@@ -267,7 +281,7 @@ class Pool:
 
     # -- acquire and release ---------------------------------------------------------
 
-    async def _acquire(self, fresh: bool = False) -> _Connection:
+    async def _acquire(self, fresh: bool = False) -> Connection:
         """An idle connection, else a new one, else the next one released.
 
         ``fresh``: a new connection if the pool has room, not an idle one.
@@ -287,7 +301,7 @@ class Pool:
                 self._note_refusal(exc)
                 raise DatabaseUnavailable() from exc
         loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[_Connection] = loop.create_future()
+        waiter: asyncio.Future[Connection] = loop.create_future()
         self._waiters.append(waiter)
         self._waits += 1
         timer = loop.call_later(self.acquire_timeout, _expire, waiter)
@@ -321,7 +335,7 @@ class Pool:
             self._waiters = deque(waiter for waiter in self._waiters if not waiter.done())
             self._given_up = 0
 
-    def _release(self, connection: _Connection) -> None:
+    def _release(self, connection: Connection) -> None:
         if connection.interrupted and not connection.broken and not self._closed:
             task = asyncio.get_running_loop().create_task(self._recover(connection))
             self._recovering.add(task)
@@ -335,7 +349,10 @@ class Pool:
             if not waiter.done():
                 waiter.set_result(connection)
                 return
-        self._idle.append(connection)
+        if self.driver.owns_connections:
+            self._idle.append(connection)
+        else:
+            self._discard(connection)  # borrowed: back to the app's pool, for its own code too
 
     def _note_refusal(self, exc: BaseException) -> None:
         """Count a connection PostgreSQL refused for lack of slots: max_connections, or a role's or database's limit.
@@ -346,7 +363,7 @@ class Pool:
         if any(sign in reason for sign in ("too many clients", "too many connections", "slots are reserved")):
             self._refusals.note(reason)
 
-    async def _recover(self, connection: _Connection) -> None:
+    async def _recover(self, connection: Connection) -> None:
         """End the statement a cancelled task left on ``connection``, then pool it again (or close it)."""
         try:
             async with asyncio.timeout(_RECOVER_TIMEOUT):
@@ -358,7 +375,7 @@ class Pool:
                 connection.broken = True
             self._release(connection)
 
-    def _discard(self, connection: _Connection) -> None:
+    def _discard(self, connection: Connection) -> None:
         self._size -= 1
         connection.close()
         self._reconnect()
@@ -374,7 +391,7 @@ class Pool:
 
     # -- lost connections ---------------------------------------------------------------
 
-    def _lost(self, connection: _Connection, exc: BaseException) -> None:
+    def _lost(self, connection: Connection, exc: BaseException) -> None:
         """``connection`` died with its backend (closed already): drop it if idle, log it, reconnect."""
         if self._closed:
             return
@@ -417,11 +434,11 @@ class Pool:
             self._reconnecting = None
 
 
-def _handed(waiter: asyncio.Future[_Connection]) -> bool:
+def _handed(waiter: asyncio.Future[Connection]) -> bool:
     """Whether ``waiter`` was given a connection (not timed out, failed or cancelled)."""
     return waiter.done() and not waiter.cancelled() and waiter.exception() is None
 
 
-def _expire(waiter: asyncio.Future[_Connection]) -> None:
+def _expire(waiter: asyncio.Future[Connection]) -> None:
     if not waiter.done():
         waiter.set_exception(PoolTimeout())
