@@ -48,7 +48,7 @@ class MultiDict(Mapping[str, str]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, MultiDict):
-            return sorted(self._items) == sorted(other._items)
+            return sorted(self._items) == sorted(other.multi_items())
         return super().__eq__(other)
 
     def __repr__(self) -> str:
@@ -186,7 +186,7 @@ class Headers:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Headers):
             return NotImplemented
-        return sorted((k, v) for k, _, v in self._list) == sorted((k, v) for k, _, v in other._list)
+        return sorted((k, v) for k, _, v in self._list) == sorted((k.lower(), v) for k, v in other.items())
 
     def __repr__(self) -> str:
         return f"Headers({self.items()!r})"

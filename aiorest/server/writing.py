@@ -99,8 +99,9 @@ def response_head(
     status = response._status
     content_type = response._media_type
     extra = []
-    if response._headers is not None:
-        for name, value in response._headers.items():
+    headers = response._headers
+    if headers is not None:
+        for name, value in headers.items():
             lname = name.lower()
             if lname == "content-type":
                 content_type = value
