@@ -145,12 +145,20 @@ class Metrics:
         self.sample()  # this worker's gauges fresh
         self.flush()  # and its counts
         prom = self._prom
-        if self.multiprocess:
-            registry = prom.CollectorRegistry()
-            prom.multiprocess.MultiProcessCollector(registry)
-        else:
-            registry = self.registry
-        return Response(prom.generate_latest(registry), media_type=prom.CONTENT_TYPE_LATEST)
+        if not self.multiprocess:
+            return Response(prom.generate_latest(self.registry), media_type=prom.CONTENT_TYPE_LATEST)
+        registry = prom.CollectorRegistry()
+        prom.multiprocess.MultiProcessCollector(registry)
+        tries = 3
+        while True:
+            try:
+                return Response(prom.generate_latest(registry), media_type=prom.CONTENT_TYPE_LATEST)
+            except FileNotFoundError:
+                # A dead worker's gauge files, removed by the supervisor between the collector's
+                # listing of the directory and its reading them: list it again.
+                tries -= 1
+                if not tries:
+                    raise
 
     # -- samplers -------------------------------------------------------------------------
 
