@@ -25,7 +25,8 @@ APP = App()
 # RFC 9110, 5.6.2:  token = 1*tchar
 #   tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" / "-" / "." / "^" / "_" / "`" / "|" / "~" / DIGIT / ALPHA
 TCHAR = "!#$%&'*+-.^_`|~" + string.digits + string.ascii_letters
-# RFC 9110, 5.5:  field-value = *field-content;  field-content = field-vchar [ 1*( SP / HTAB / field-vchar ) field-vchar ]
+# RFC 9110, 5.5:  field-value = *field-content
+#   field-content = field-vchar [ 1*( SP / HTAB / field-vchar ) field-vchar ]
 #   field-vchar = VCHAR / obs-text
 FIELD_VCHAR = bytes(range(0x21, 0x7F)) + bytes(range(0x80, 0x100))
 # RFC 3986, 3.3:  pchar = unreserved / pct-encoded / sub-delims / ":" / "@"
@@ -134,7 +135,9 @@ def parse_h11(reads: list[bytes]) -> Outcome:
                 body.append(event.data)
             elif isinstance(event, h11.EndOfMessage):
                 outcome.requests.append((method, target, headers, b"".join(body)))
-                conn.send(h11.Response(status_code=404, headers=[("Content-Length", "0")]))  # not 2xx: a CONNECT stays HTTP
+                conn.send(
+                    h11.Response(status_code=404, headers=[("Content-Length", "0")])
+                )  # not 2xx: a CONNECT stays HTTP
                 conn.send(h11.EndOfMessage())
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     outcome.end = CLOSED  # HTTP/1.0, or Connection: close
@@ -170,7 +173,7 @@ def render(heads: list[Head]) -> bytes:
 
 
 def _pct(data: bytes, draw: st.DrawFn) -> str:
-    escaped = "".join("%%%02X" % byte for byte in data)
+    escaped = "".join(f"%{byte:02X}" for byte in data)
     return escaped.lower() if draw(st.booleans()) else escaped
 
 
@@ -192,7 +195,11 @@ def targets(draw: st.DrawFn) -> bytes:
     path = "/" + "/".join(draw(st.lists(_segment(), max_size=3)))
     if draw(st.booleans()):
         # RFC 3986, 3.4:  query = *( pchar / "/" / "?" ); any byte escaped
-        query = draw(st.lists(st.one_of(st.sampled_from(PCHAR + "/?"), st.binary(min_size=1, max_size=2)), min_size=1, max_size=6))
+        query = draw(
+            st.lists(
+                st.one_of(st.sampled_from(PCHAR + "/?"), st.binary(min_size=1, max_size=2)), min_size=1, max_size=6
+            )
+        )
         path += "?" + "".join(p if isinstance(p, str) else _pct(p, draw) for p in query)
     return path.encode("ascii")
 
@@ -255,7 +262,10 @@ def _extensions(draw: st.DrawFn) -> bytes:
 @st.composite
 def requests(draw: st.DrawFn, version: bytes = b"HTTP/1.1") -> Head:
     method = draw(st.sampled_from(METHODS)).encode()
-    fields = [field_line(name, value, draw) for name, value in draw(st.lists(st.tuples(header_names, field_values), max_size=4))]
+    fields = [
+        field_line(name, value, draw)
+        for name, value in draw(st.lists(st.tuples(header_names, field_values), max_size=4))
+    ]
     fields.append(field_line(b"Host", draw(hosts), draw))
     framing = draw(st.sampled_from(["none", "length", "chunked"]))
     body: list[bytes] = []
@@ -282,9 +292,11 @@ STRICTER = {
     "allows the OWS, but a framing header that parsers read differently is how requests are smuggled (RFC 9112, 11.2)",
     r"Missing expected (CR|LF)|Expected CRLF|Expected LF": "a bare LF as a line end: RFC 9112, 2.2 lets a recipient "
     "accept it (h11 does); llhttp does not",
-    r"Invalid header (value|field) char|Invalid header token|Unexpected whitespace|Invalid character in chunk ext": "CTL bytes, a bare LF "
-    "or an obs-fold (RFC 9112, 5.2: reject or replace) in a field or a chunk extension: RFC 9110, 5.5 and 5.6.2; "
-    "h11 accepts any byte but NUL and whitespace in a value and anything in a chunk extension",
+    r"Invalid header (value|field) char|Invalid header token|Unexpected whitespace|Invalid character in chunk"
+    r" ext": (
+        "CTL bytes, a bare LF or an obs-fold (RFC 9112, 5.2: reject or replace) in a field or a chunk extension: RFC 9110, 5.5 and 5.6.2; "
+        "h11 accepts any byte but NUL and whitespace in a value and anything in a chunk extension"
+    ),
     r"Invalid method": "llhttp knows the registered methods only (h11 any token); RFC 9110, 9.1 lets a server refuse "
     "a method it does not implement",
     r"Invalid HTTP version|is not supported": "HTTP/1.2 (RFC 9112, 2.3 says process it as 1.1; llhttp refuses it), "
@@ -306,7 +318,6 @@ LENIENT = {
 # A CONNECT's bytes after its head are a tunnel's (RFC 9110, 9.3.6: the request has no content), as llhttp reads
 # them; h11 reads a Content-Length body. aiorest answers the CONNECT (no route has it) and closes.
 TUNNEL = b"CONNECT"
-
 
 
 def difference(valid: bool, ours: Outcome, theirs: Outcome) -> str | None:
@@ -375,12 +386,16 @@ def duplicate_cl(head: Head, draw: st.DrawFn) -> None:
 
 def bad_cl(head: Head, draw: st.DrawFn) -> None:
     _framed(head, "length", draw)
-    head.headers[-1] = b"Content-Length: " + draw(st.sampled_from([b"abc", b"-1", b"1 2", b"+5", b"0x5", b"5,5", b"9" * 30]))
+    head.headers[-1] = b"Content-Length: " + draw(
+        st.sampled_from([b"abc", b"-1", b"1 2", b"+5", b"0x5", b"5,5", b"9" * 30])
+    )
 
 
 def te_not_chunked(head: Head, draw: st.DrawFn) -> None:
     _framed(head, "chunked", draw)
-    coding = draw(st.sampled_from([b"gzip", b"chunked, gzip", b"gzip, chunked", b"identity", b"chunked, chunked", b"x"]))
+    coding = draw(
+        st.sampled_from([b"gzip", b"chunked, gzip", b"gzip, chunked", b"identity", b"chunked, chunked", b"x"])
+    )
     head.headers[-1] = b"Transfer-Encoding: " + coding
 
 
@@ -494,4 +509,4 @@ def splits(draw: st.DrawFn, stream: bytes) -> list[bytes]:
     if how == "bytes" and len(stream) <= 4096:
         return [stream[at : at + 1] for at in range(len(stream))]
     cuts = sorted(set(draw(st.lists(st.integers(1, len(stream) - 1), max_size=12))))
-    return [stream[start:end] for start, end in zip([0, *cuts], [*cuts, len(stream)])]
+    return [stream[start:end] for start, end in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
