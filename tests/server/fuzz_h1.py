@@ -19,7 +19,8 @@ import traceback
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.server.h1_streams import difference, mutated_streams, parse_aiorest, parse_h11, splits, valid_streams
+from tests.server.h1_mutations import mutated_streams
+from tests.server.h1_streams import difference, parse_aiorest, parse_h11, splits, valid_streams
 
 ROUND = 500  # examples a round
 

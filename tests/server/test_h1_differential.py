@@ -1,8 +1,8 @@
 """H1Connection against h11: the same bytes, split any way, are the same requests, or refused.
 
-Hypothesis writes HTTP/1.1 request streams (tests/server/h1_streams.py): valid ones,
+Hypothesis writes HTTP/1.1 request streams: valid ones (tests/server/h1_streams.py),
 pipelined, with Content-Length and chunked bodies, and ones with a request broken
-(bad chunk sizes, CL and TE, obs-fold, bare LF, control bytes, over-long lines, no Host...).
+(h1_mutations.py: bad chunk sizes, CL and TE, obs-fold, bare LF, control bytes, over-long lines, no Host...).
 Each is fed to H1Connection and to h11.Connection(h11.SERVER) in reads cut anywhere.
 
 * Valid streams: both serve the same requests (method, target, headers, body), in order.
@@ -23,7 +23,8 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.server.h1_streams import difference, mutated_streams, parse_aiorest, parse_h11, splits, valid_streams
+from tests.server.h1_mutations import mutated_streams
+from tests.server.h1_streams import difference, parse_aiorest, parse_h11, splits, valid_streams
 
 EXAMPLES = int(os.environ.get("AIOREST_FUZZ_EXAMPLES", "150"))
 SETTINGS = settings(
