@@ -19,7 +19,7 @@ import traceback
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.server.h1_mutations import mutated_streams
+from tests.server.h1_mutations import KINDS, KNOWN_BUGS, mutated_streams
 from tests.server.h1_streams import difference, parse_aiorest, parse_h11, splits, valid_streams
 
 ROUND = 500  # examples a round
@@ -57,7 +57,7 @@ def check(findings: Findings, kind: str, stream: bytes, reads: list[bytes]) -> N
 
 
 def one_round(findings: Findings) -> None:
-    streams = st.one_of(valid_streams.map(lambda stream: ("valid", stream)), mutated_streams())
+    streams = st.one_of(valid_streams.map(lambda stream: ("valid", stream)), mutated_streams([*KINDS, *KNOWN_BUGS]))
 
     @settings(max_examples=ROUND, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(streams, st.data())

@@ -117,6 +117,12 @@ def bad_target(head: Head, draw: st.DrawFn) -> None:
     head.target = draw(st.sampled_from([b"", b"*", b"a/b", b"/a b", b"/a#f", b"http://h/a", b"/\x80", b"//"]))
 
 
+def upgrade_with_body(head: Head, draw: st.DrawFn) -> None:
+    """RFC 9110, 7.8: a server may ignore Upgrade; llhttp hands what follows the head to the new protocol."""
+    _framed(head, draw(st.sampled_from(["chunked", "length"])), draw)
+    head.headers += [b"Connection: upgrade", b"Upgrade: " + draw(st.sampled_from([b"websocket", b"h2c", b"foo/2"]))]
+
+
 MUTATIONS = {
     fn.__name__: fn
     for fn in (
@@ -138,16 +144,19 @@ MUTATIONS = {
 }
 
 KINDS = [*MUTATIONS, "bare_lf", "flip_byte", "insert_ctl"]
+# Known bugs: the fuzz harness makes these too, and reports them until they are fixed; the differential test
+# leaves them to their unit test (test_h1.py's strict xfail), so that it stays green meanwhile.
+KNOWN_BUGS = {"upgrade_with_body": upgrade_with_body}
 
 
 @st.composite
-def mutated_streams(draw: st.DrawFn) -> tuple[str, bytes]:
+def mutated_streams(draw: st.DrawFn, kinds: list[str] = KINDS) -> tuple[str, bytes]:
     """A valid stream with one request broken (its mutation's name, the bytes), or with a byte flipped,
     a CRLF made a bare LF, a control byte inserted anywhere."""
     heads = draw(request_lists)
-    kind = draw(st.sampled_from(KINDS))
-    if kind in MUTATIONS:
-        MUTATIONS[kind](draw(st.sampled_from(heads)), draw)
+    kind = draw(st.sampled_from(kinds))
+    if kind in MUTATIONS or kind in KNOWN_BUGS:
+        {**MUTATIONS, **KNOWN_BUGS}[kind](draw(st.sampled_from(heads)), draw)
         return kind, render(heads)
     stream = bytearray(render(heads))
     if kind == "bare_lf":
