@@ -470,7 +470,7 @@ class H1Connection:
             self._abort_parsing(error, method_known)
             return
         if isinstance(exc, httptools.HttpParserUpgrade) and self.queue:
-            self.queue[-1].keep_alive = False  # we speak no other protocol: answer the request, then close
+            heads.upgrade_refused(self.queue[-1], self.head_errors)  # we speak no other protocol
         self._stop_parsing()
 
     def _stop_parsing(self) -> None:

@@ -34,6 +34,7 @@ __all__ = [
     "general_request",
     "broken_request",
     "parse_failure",
+    "upgrade_refused",
 ]
 
 logger = logging.getLogger("aiorest.error")
@@ -79,6 +80,19 @@ def parse_failure(exc: Exception) -> tuple[HTTPError | None, bool]:
         return None, True
     # Before its method is complete, the parser still reports the previous request's.
     return HTTPBadRequest(f"malformed request: {exc}"), not isinstance(exc, httptools.HttpParserInvalidMethodError)
+
+
+def upgrade_refused(request: Request, head_errors: dict[Request, HTTPError]) -> None:
+    """``request`` asked to upgrade: answer it, then close; a 400 if it has a body, which llhttp
+    hands over to the new protocol unread (its handler would read b"", or a part of it)."""
+    request.keep_alive = False
+    if request in head_errors:
+        return
+    for name, value in request.raw_headers:
+        name = name.lower()
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip(b" \t") != b"0"):
+            head_errors[request] = HTTPBadRequest("a request asking to upgrade cannot have a body here")
+            return
 
 
 def broken_request(method: str, app: AppInterface, body_source: BodySource | None) -> Request:
