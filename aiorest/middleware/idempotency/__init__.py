@@ -1,0 +1,1 @@
+"""Idempotency keys (:mod:`.middleware`) and where they are kept (:mod:`.stores`)."""
