@@ -83,6 +83,7 @@ def write_ledger(cluster: Cluster, run: LocustRun, since: float) -> dict[str, in
     kept = acked - deleted
     patched = {title for title in kept if "patch" in titles[title]}
     return {
+        "writes_replayed": sum(row.get("replayed") == "1" for row in rows if not row["failed"]),
         "writes_acknowledged": len(acked),
         "patches_acknowledged": sum("patch" in titles[title] for title in acked),
         "duplicated_posts": sum(counts.get(t, 0) for t in deleted) + sum(max(0, counts.get(t, 0) - 1) for t in kept),
@@ -118,7 +119,8 @@ def _losses(cluster: Cluster, found: dict[str, Any], run: LocustRun, since: floa
         f"{total['failed']} failed of {total['requests']} requests as the clients saw them "
         f"({total['failed_idempotent']} idempotent), after {total['retries']} retries of writes "
         f"{total['retries_by_kind']}; {writes['writes_acknowledged']} POST /notes and "
-        f"{writes['patches_acknowledged']} PATCH acknowledged: {writes['duplicated_posts']} notes made twice, "
+        f"{writes['patches_acknowledged']} PATCH acknowledged ({writes['writes_replayed']} answers replayed from an "
+        f"earlier attempt): {writes['duplicated_posts']} notes made twice, "
         f"{writes['lost_posts']} lost, {writes['patches_applied_twice']} patches applied twice, "
         f"{writes['patches_lost']} lost; {writes['posts_unacknowledged']} POST never acknowledged "
         f"({writes['posts_unacknowledged_applied']} applied); failures by kind {total['by_kind']}"
