@@ -44,9 +44,9 @@ class Stored:
 
 @dataclass(slots=True)
 class Claim:
-    """What :meth:`IdempotencyStore.begin` found.
+    """What :meth:`~aiorest.IdempotencyStore.begin` found.
 
-    ``started``: the key is this request's; call :meth:`IdempotencyStore.finish`.
+    ``started``: the key is this request's; call :meth:`~aiorest.IdempotencyStore.finish`.
     ``in_flight``: another request with the key runs (``fingerprint`` is its body's
     when the store knows it). ``done``: ``stored`` is the answer to replay.
     """
