@@ -67,6 +67,10 @@ def _spread(cluster: Cluster, cookie: str, count: int, tag: str) -> list[tuple[s
     return [(hosts.get(probe, "?"), status, name) for probe, (status, name) in zip(probes, answers, strict=True)]
 
 
+def _session_rows(cluster: Cluster) -> int:
+    return int(cluster.sql("SELECT count(*) FROM aiorest_sessions")[0][0])
+
+
 def use_session_store(cluster: Cluster, store: str) -> None:
     """Restart every app host with ``SESSION_STORE`` set to ``store`` (``postgres`` or ``redis``)."""
     if cluster.config.session_store == store:
@@ -83,7 +87,9 @@ def sessions_across_hosts(cluster: Cluster, store: str) -> Outcome:
     use_session_store(cluster, store)
     account = {"username": f"cluster-session-{uuid.uuid4().hex[:8]}", "password": uuid.uuid4().hex}
     registered = _request(cluster, "POST", "/users", account)[0]
+    rows_before = _session_rows(cluster)
     status, _, cookie = _request(cluster, "POST", "/login", account)
+    rows_added = _session_rows(cluster) - rows_before  # the store in use: 1 row in PostgreSQL, none with Redis
     if registered != 201 or status != 200 or not cookie:
         return Outcome(name, "FAIL", f"register {registered}, login {status}, cookie {'set' if cookie else 'none'}")
     per_round = 4 * len(cluster.app_names)
@@ -102,6 +108,7 @@ def sessions_across_hosts(cluster: Cluster, store: str) -> Outcome:
         and logout == 204
         and all(status == 401 for _, status, _ in logged_out)
         and set(first_after) == hosts
+        and rows_added == (1 if store == "postgres" else 0)
     )
     figures = {
         "store": store,
@@ -109,10 +116,12 @@ def sessions_across_hosts(cluster: Cluster, store: str) -> Outcome:
         "logged_out_by_host": dict(Counter(f"{host} {status}" for host, status, _ in logged_out)),
         "first_answer_after_logout": first_after,
         "logout": logout,
+        "aiorest_sessions_rows_added_by_the_login": rows_added,
     }
     reason = (
         f"logged in: {figures['logged_in_by_host']}; logout {logout}; then {figures['logged_out_by_host']}, "
-        f"each host's first answer after the logout {first_after}"
+        f"each host's first answer after the logout {first_after}; the login added {rows_added} row(s) to "
+        "aiorest_sessions"
     )
     return Outcome(name, "PASS" if ok else "FAIL", reason, figures)
 
