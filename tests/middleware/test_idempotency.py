@@ -5,6 +5,7 @@ killed mid-request, before and after its commit, with the PostgreSQL store."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -13,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from aiorest import App, Request, Response
+from aiorest import App, HTTPServiceUnavailable, Request, Response
 from aiorest.db import Database
 from aiorest.idempotency import (
     Idempotency,
@@ -21,6 +22,7 @@ from aiorest.idempotency import (
     MemoryIdempotencyStore,
     PostgresIdempotencyStore,
     RedisIdempotencyStore,
+    Stored,
 )
 from aiorest.migrations import migrate
 from load.procs import AiorestProcess
@@ -259,3 +261,24 @@ async def test_a_retry_after_a_crash_applies_the_write_once(
         assert replayed == "true" and answer["pid"] == dead_pid
     else:  # nothing committed: the retry ran it
         assert replayed is None and answer["pid"] != dead_pid
+
+
+async def test_a_silent_transaction_is_ended_and_its_key_freed(pg_database: Database) -> None:
+    store = PostgresIdempotencyStore(pg_database, idle_timeout=0.3)
+    key = uuid.uuid4().hex
+
+    def as_request(context: contextvars.Context, step: Any) -> Any:  # each request its task, its transaction
+        return asyncio.create_task(step, context=context)
+
+    first, second, third = contextvars.Context(), contextvars.Context(), contextvars.Context()
+    silent = await as_request(first, store.begin(key, "f", 30))  # its client is cut off: it sends nothing more
+    assert silent.outcome == "started"
+    assert (await as_request(second, store.begin(key, "f", 30))).outcome == "in_flight"
+    await asyncio.sleep(0.8)
+    taken = await as_request(second, store.begin(key, "f", 30))  # PostgreSQL ended the silent one
+    assert taken.outcome == "started"
+    await as_request(second, store.finish(key, taken, Stored("f", 201, (), b"{}"), 60))
+    with pytest.raises(HTTPServiceUnavailable):  # the silent one, back: its transaction is gone
+        await as_request(first, store.finish(key, silent, Stored("f", 201, (), b"late"), 60))
+    again = await as_request(third, store.begin(key, "f", 30))
+    assert again.outcome == "done" and again.stored is not None and again.stored.body == b"{}"

@@ -197,6 +197,11 @@ def _text(value: Any) -> str:
 # -- PostgreSQL ----------------------------------------------------------------------------------
 
 _LOCK_CLASS = 0x6964_656D  # "idem": the first half of the advisory lock's two keys
+# The idle timeout first: set_config returns the text set, never NULL, so the lock is always asked.
+_LOCK_SQL = (
+    "SELECT set_config('idle_in_transaction_session_timeout', %s, true) IS NOT NULL"
+    " AND pg_try_advisory_xact_lock(%s, %s)"
+)
 _FIND_SQL = "SELECT fingerprint, status, headers, body FROM aiorest_idempotency WHERE key = %s AND expires_at > now()"
 _KEEP_SQL = """
 INSERT INTO aiorest_idempotency (key, fingerprint, status, headers, body, expires_at)
@@ -224,13 +229,25 @@ class PostgresIdempotencyStore(IdempotencyStore):
     left in flight, and ``lease`` does not apply. Expired rows are deleted
     ``sweep_batch`` at a time, at most every ``sweep_every`` seconds per process.
 
+    A transaction whose client falls silent — its host cut off from the database —
+    would keep its lock, its row locks and, behind PgBouncer in transaction mode, a
+    server connection until the client is back. PostgreSQL ends it after
+    ``idle_timeout`` seconds without a statement (``idle_in_transaction_session_timeout``,
+    set for this transaction only): it is rolled back, the key is free, and the
+    request, if its process lives, fails with 503.
+
     The table is made by ``aiorest migrate --dir aiorest:idempotency``.
     """
 
     transactional = True
 
-    def __init__(self, database: Database, *, sweep_every: float = 60.0, sweep_batch: int = 1000) -> None:
+    def __init__(
+        self, database: Database, *, idle_timeout: float = 5.0, sweep_every: float = 60.0, sweep_batch: int = 1000
+    ) -> None:
+        if not idle_timeout > 0:
+            raise ValueError(f"idle_timeout is a positive number of seconds, not {idle_timeout!r}")
         self.database = database
+        self.idle_timeout = idle_timeout
         self.sweep_every = sweep_every
         self.sweep_batch = sweep_batch
         self._swept = time.monotonic()
@@ -242,7 +259,9 @@ class PostgresIdempotencyStore(IdempotencyStore):
             # Two statements, in this order: a SELECT taken with the lock in one statement reads a
             # snapshot from before the lock, which can miss the answer its holder just committed.
             lock = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big", signed=True)
-            if not await tx.fetchval("SELECT pg_try_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, lock)):
+            idle = f"{max(1, round(self.idle_timeout * 1000))}ms"
+            locked = await tx.fetchval(_LOCK_SQL, (idle, _LOCK_CLASS, lock))
+            if not locked:
                 await opened.__aexit__(None, None, None)
                 return Claim("in_flight")
             row = await tx.fetchone(_FIND_SQL, (key,))
