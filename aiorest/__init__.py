@@ -14,6 +14,13 @@ from .http.limits import Limits
 from .http.request import Request
 from .http.requestid import request_id
 from .http.response import JSONResponse, Response, StreamResponse
+from .idempotency import (
+    Idempotency,
+    IdempotencyStore,
+    MemoryIdempotencyStore,
+    PostgresIdempotencyStore,
+    RedisIdempotencyStore,
+)
 from .jsoncodec import JSONCodec
 from .routing import Handler, NoMatchFound, Route, RouteOptions, Router
 from .routing.convertors import Convertor
@@ -63,6 +70,12 @@ __all__ = [
     # compression
     "Compression",
     "Decompression",
+    # idempotency keys
+    "Idempotency",
+    "IdempotencyStore",
+    "MemoryIdempotencyStore",
+    "PostgresIdempotencyStore",
+    "RedisIdempotencyStore",
     # sessions
     "CookieStore",
     "PostgresStore",

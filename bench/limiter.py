@@ -89,6 +89,23 @@ def contenders(stores: dict[str, LimitStore | None]) -> dict[str, Callable[[int]
     return runs
 
 
+async def interleaved(
+    runs: dict[str, Callable[[int], Awaitable[None]]], rounds: int, n: int, warm_up: int
+) -> dict[str, list[float]]:
+    """µs per call of each run over ``rounds`` rounds of ``n``, each round in another order, after a warm-up."""
+    names = list(runs)
+    for name in names:  # a warm-up round each: connections, scripts loaded, statements prepared
+        await runs[name](min(n, warm_up))
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for round_number in range(rounds):
+        order = names[round_number % len(names) :] + names[: round_number % len(names)]
+        for name in order:
+            started = time.perf_counter()
+            await runs[name](n)
+            samples[name].append((time.perf_counter() - started) / n * 1e6)
+    return samples
+
+
 async def _scratch_database(dsn: str) -> tuple[str, Callable[[], Awaitable[None]]]:
     """A new database beside the one ``dsn`` names, and how to drop it."""
     name = f"aiorest_bench_limiter_{os.getpid()}"
@@ -117,16 +134,8 @@ async def main(rounds: int, checks: int, redis_url: str, dsn: str | None) -> Non
     try:
         runs = contenders(stores)
         names = list(runs)
-        for name in names:  # a warm-up round each: connections, the script loaded, statements prepared
-            await runs[name](min(checks, 200))
-        samples: dict[str, list[float]] = {name: [] for name in names}
         load = os.getloadavg()
-        for round_number in range(rounds):
-            order = names[round_number % len(names) :] + names[: round_number % len(names)]
-            for name in order:
-                started = time.perf_counter()
-                await runs[name](checks)
-                samples[name].append((time.perf_counter() - started) / checks * 1e6)
+        samples = await interleaved(runs, rounds, checks, warm_up=200)
         print(f"# One rate limit check, µs ({rounds} rounds of {checks} checks, interleaved)\n")
         print(f"{platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores,")
         print(f"Python {platform.python_version()}, uvloop, Redis and PostgreSQL on loopback.\n")

@@ -7,8 +7,18 @@ import logging
 import os
 from pathlib import Path
 
-from aiorest import App, PostgresStore, RedisStore, Request, Response, Router, SessionMiddleware
-from aiorest.auth import LimitStore, PostgresLimitStore, RedisLimitStore
+from aiorest import (
+    App,
+    Idempotency,
+    PostgresIdempotencyStore,
+    PostgresStore,
+    RedisStore,
+    Request,
+    Response,
+    Router,
+    SessionMiddleware,
+)
+from aiorest.auth import LimitStore, PostgresLimitStore, RedisLimitStore, identity
 from aiorest.db import Database
 from aiorest.migrations import migrate
 from aiorest.sessions import SessionStore
@@ -18,8 +28,9 @@ from .notes import router as notes_router
 from .techempower import router as techempower_router
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
-#: What the app applies at startup, in order: aiorest's sessions and rate limits tables, then the app's own.
-MIGRATION_DIRS = ("aiorest:sessions", "aiorest:ratelimits", str(MIGRATIONS))
+#: What the app applies at startup, in order: aiorest's sessions, rate limits and idempotency keys
+#: tables, then the app's own.
+MIGRATION_DIRS = ("aiorest:sessions", "aiorest:ratelimits", "aiorest:idempotency", str(MIGRATIONS))
 #: The same as ``aiorest migrate`` arguments: what a tool runs to give a database the app's schema.
 MIGRATE_ARGS = tuple(arg for directory in MIGRATION_DIRS for arg in ("--dir", directory))
 
@@ -54,8 +65,11 @@ def create_app(database: Database | None = None) -> App:
             app.on_shutdown.append(lambda app, store=store: store.close())
     users.setup(app, limits)
     # The users and the notes know the caller: a session (kept in PostgreSQL or Redis) or a
-    # bearer token. The TechEmpower routes stay outside, and pay for neither.
-    accounts = Router(middleware=[SessionMiddleware(sessions), users.auth(database)])
+    # bearer token. The TechEmpower routes stay outside, and pay for neither. A POST or PATCH
+    # with an Idempotency-Key runs once (docs/idempotency.rst): its writes and its kept answer
+    # commit in one transaction, so a client may retry a write that got 502 from a host that died.
+    idempotency = Idempotency(PostgresIdempotencyStore(database), scope=user_scope)
+    accounts = Router(middleware=[SessionMiddleware(sessions), users.auth(database), idempotency])
     accounts.include(users.router)
     accounts.include(notes_router)
     app.include(accounts)
@@ -71,6 +85,12 @@ def create_app(database: Database | None = None) -> App:
         return Response(page[0], media_type="text/html; charset=utf-8")
 
     return app
+
+
+async def user_scope(request: Request) -> str | None:
+    """The scope of an Idempotency-Key: the caller's user id; anonymous requests (register, login) have none."""
+    user = await identity(request)
+    return None if user is None else str(user.id)
 
 
 def index_page(app: App) -> bytes:

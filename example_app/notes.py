@@ -10,6 +10,11 @@ were based on, in ``If-Match`` or as ``"version"`` in the body; a stale one
 gets 412 and the client re-reads. Without either, PUT and PATCH get 428.
 ``If-Match: *`` writes whatever the version; a weak ETag never matches.
 
+A POST or PATCH with an ``Idempotency-Key`` runs once (docs/idempotency.rst, set
+up in example_app/app.py): a client whose write got no answer, or 502, sends it
+again with the same key and gets the first answer. A DELETE needs no key: a
+second one answers 404, the note being gone either way.
+
 Each note belongs to the user who created it (example_app/users.py): every
 route needs a login (a session or a bearer token), and a note of another user
 is answered 404, as a missing one, so that ids tell nothing of others' notes.
@@ -330,7 +335,11 @@ async def patch_note(request: Request, note_id: int, note: NotePatch, if_match: 
 @raises(HTTPBadRequest, HTTPPreconditionFailed)
 @login_required
 async def delete_note(request: Request, note_id: int, if_match: IfMatch = None) -> None:
-    """Delete a note; with ``If-Match``, only at one of the versions it lists (else 412)."""
+    """Delete a note; with ``If-Match``, only at one of the versions it lists (else 412).
+
+    A delete sent again (nginx passes a DELETE to the next host when one fails) answers
+    404: the note is gone, and no record tells a deleted note from one that never was.
+    """
     expected = _expected_versions(if_match, None)
     if expected is None:  # DELETE needs no precondition
         expected = "*"

@@ -12,7 +12,9 @@ SIGTERM or an error (and removes what a crashed run left, first). Root only.
 
 Scenarios: ``load`` (distributed locust with wrk beside it, ``--rounds`` rounds,
 the compare tool's summary and plots), ``rolling``, ``kill``, ``cut``,
-``pgbouncer``, ``redis`` (point 5 of issue 30) and ``costs`` (what the nginx and
+``pgbouncer``, ``redis`` (point 5 of issue 30), ``sessions`` (point 4: a login through
+the balancer valid on every app host, a logout seen by all, with the sessions in
+PostgreSQL and then in Redis; load/cluster_sessions.py) and ``costs`` (what the nginx and
 PgBouncer hops, and the shared limiter's round trip, cost per request).
 ``--rate-limit-store redis|postgres`` gives the app hosts ``RATE_LIMIT_STORE``
 (the shared login limiter, where the example app has it).
@@ -31,20 +33,21 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from load import cluster_faults as faults
+from load import cluster_sessions
 from load.cluster_hosts import APP_PORT, Cluster, ClusterConfig, missing_tools
 from load.cluster_runs import LocustRun, run_wrk
 from load.netns import unavailable_reason
 from load.procs import AiorestProcess
 
 OUT = Path(__file__).resolve().parent / "results" / "cluster"
-SCENARIOS = ("load", "rolling", "kill", "cut", "pgbouncer", "redis", "costs")
+SCENARIOS = ("load", "rolling", "kill", "cut", "pgbouncer", "redis", "sessions", "costs")
 
 
 def say(text: str) -> None:
@@ -331,6 +334,20 @@ def plot_timeline(outcome: faults.Outcome, path: Path) -> bool:
     return True
 
 
+def _each_outcome(
+    chosen: list[str], steps: dict[str, Callable[[], faults.Outcome]], cluster: Cluster, began: float
+) -> Iterator[tuple[str, faults.Outcome]]:
+    """Each scenario's outcome as it comes; ``sessions`` gives one a session store."""
+    for name in chosen:
+        say(f"scenario {name} ({time.monotonic() - began:.0f} s in)")
+        if name == "sessions":
+            for store in cluster_sessions.STORES:
+                yield f"sessions_{store}", cluster_sessions.sessions_across_hosts(cluster, store)
+            cluster_sessions.use_session_store(cluster, "postgres")
+        else:
+            yield name, steps[name]()
+
+
 def run(args: argparse.Namespace) -> int:
     chosen = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     unknown = set(chosen) - set(SCENARIOS)
@@ -363,9 +380,7 @@ def run(args: argparse.Namespace) -> int:
                 ),  # fmt: skip
                 "costs": lambda: costs(cluster),
             }
-            for name in chosen:
-                say(f"scenario {name} ({time.monotonic() - began:.0f} s in)")
-                outcome = steps[name]()
+            for name, outcome in _each_outcome(chosen, steps, cluster, began):
                 outcomes.append(outcome)
                 print(f"{outcome.verdict} {outcome.name}: {outcome.reason}", flush=True)
                 for window in ("before", "during", "after"):

@@ -93,6 +93,7 @@ class ClusterConfig:
     pgbouncer_pool: int = 20  # server connections PgBouncer opens to PostgreSQL
     pg_max_connections: int = 40
     rate_limit_store: str | None = None  # None, "redis" or "postgres"
+    session_store: str = "postgres"  # SESSION_STORE of the app hosts: "postgres" or "redis"
     app_log_level: str = "info"
 
     def budget(self) -> dict[str, int]:
@@ -325,7 +326,11 @@ class Cluster:
 
     # the app hosts
     def app_env(self) -> dict[str, str]:
-        env = {key: value for key, value in os.environ.items() if not key.startswith(("DATABASE_", "RATE_LIMIT"))}
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("DATABASE_", "RATE_LIMIT", "SESSION_STORE"))
+        }
         tmp = self.base / "tmp"  # the workers' metrics files go there, removed with the cluster
         tmp.mkdir(exist_ok=True)
         env.update(
@@ -336,6 +341,7 @@ class Cluster:
             DATABASE_POOL_TOTAL=str(self.config.pool_per_host),
             DATABASE_POOL_MIN=str(self.config.pool_min),
         )
+        env["SESSION_STORE"] = self.redis_url if self.config.session_store == "redis" else "postgres"
         store = self.config.rate_limit_store
         if store == "redis":
             env["RATE_LIMIT_STORE"] = self.redis_url

@@ -15,7 +15,8 @@ The flows are load/locustfile.py's (browsing, writing, the TechEmpower mix), plu
 
 With ``--request-log DIR`` every process writes ``DIR/requests-<pid>.csv``: one line
 per request (epoch seconds, method, name, status, milliseconds, failed, Retry-After
-present, what failed, the note title or id of a write), for the harness to split
+present, what failed, the note title of a write, whether the answer was a replay
+of an earlier attempt's, kept with its Idempotency-Key), for the harness to split
 into before, during and after a fault.
 """
 
@@ -33,7 +34,7 @@ from load.locustfile import BrowsingUser, TechEmpowerUser, WritingUser, _fail_un
 __all__ = ["BrowsingUser", "ClusterWritingUser", "LoginUser", "TechEmpowerUser"]
 
 WRITE_PREFIX = "cluster-write"
-LOG_FIELDS = ("t", "method", "name", "status", "ms", "failed", "retry_after", "error", "key")
+LOG_FIELDS = ("t", "method", "name", "status", "ms", "failed", "retry_after", "error", "key", "replayed")
 _log: dict[str, Any] = {}
 
 
@@ -85,6 +86,7 @@ def _record(
             int("Retry-After" in headers or "retry-after" in headers),
             error,
             key,
+            int((headers.get("Idempotent-Replayed") or headers.get("idempotent-replayed")) == "true"),
         )
     )
 

@@ -8,6 +8,15 @@ removed at its end. Options: ``--think-min``/``--think-max`` (seconds between a
 user's requests), ``--tfb-queries`` (N for /queries and /updates), and the
 users' weights ``--browse-weight``, ``--write-weight``, ``--tfb-weight``.
 
+Writes (``POST /notes``, ``PATCH /notes/{id}``) carry an ``Idempotency-Key``, a new
+one per write, and a write that got no answer, 502, 503, 504 or 409 (its first
+attempt still in flight) is sent again with the same key, at most ``WRITE_ATTEMPTS``
+times in all, 0.25 s, 0.5 s, 1 s… apart: the server runs it once whatever happens
+to the attempts (docs/idempotency.rst). An attempt that is sent again is reported
+as failed under ``(retried) <name>``, apart from the request's own line. A DELETE
+answered 404 — nginx sent it to a second host after the first deleted the note —
+is reported as ``DELETE /notes/{id} (gone)``, a success: the writer's note is gone.
+
 The notes API needs a login, and a login costs an argon2 hash and is rate
 limited (5 a minute per account, 20 per address): users do not log in. Before
 the run (headless) or at its start, it registers ``ACCOUNTS`` accounts and gets
@@ -28,11 +37,17 @@ from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import quote
 
+import gevent
 from gevent.event import Event
 from locust import FastHttpUser, between, events, task
 from locust.runners import MasterRunner, WorkerRunner
 
 SEED_NOTES = 50
+WRITE_ATTEMPTS = 5
+#: Statuses after which a write is sent again with its key: no answer (0), the balancer's or the
+#: server's "try again", and 409: the key's first attempt still runs.
+RETRIED_STATUSES = frozenset({0, 409, 502, 503, 504})
+RETRIED_PREFIX = "(retried) "
 ACCOUNTS = 4
 _PASSWORD = uuid.uuid4().hex  # the run's accounts' password; only the process that logs in needs it
 _RUN_MESSAGE = "aiorest-load-run"  # master → workers: the run's tag and accounts
@@ -315,28 +330,44 @@ class WritingUser(_NotesUser):
         """The title of the next note: the run's tag first, so that the cleanup finds it."""
         return f"{RUN.tag} {uuid.uuid4().hex[:8]}"
 
+    def send_write(
+        self, method: str, url: str, body: dict[str, Any], headers: dict[str, str], name: str, status: int, check: Any
+    ) -> Any:
+        """Send a write with a new Idempotency-Key, again with that key while it fails in a way worth retrying."""
+        headers = {**headers, "Idempotency-Key": str(uuid.uuid4())}
+        for attempt in range(WRITE_ATTEMPTS):
+            with self.client.request(
+                method, url, json=body, headers=headers, name=name, catch_response=True
+            ) as response:
+                if response.status_code not in RETRIED_STATUSES or attempt == WRITE_ATTEMPTS - 1:
+                    return _fail_unless(response, status, check)
+                response.request_meta["name"] = RETRIED_PREFIX + name
+                response.failure(f"sent again: {response.status_code} {(response.text or '')[:100]!r}")
+            gevent.sleep(0.25 * 2**attempt)
+        return None
+
     @task
     def write(self) -> None:
         title = self.note_title()
-        with self.client.post(
-            "/notes", json={"title": title}, headers=self.auth, name="POST /notes", catch_response=True
-        ) as response:
-            note = _fail_unless(response, 201, lambda b: b["title"] == title and b["version"] == 1)
+        note = self.send_write(
+            "POST", "/notes", {"title": title}, self.auth, "POST /notes", 201,
+            lambda b: b["title"] == title and b["version"] == 1,
+        )  # fmt: skip
         if not note:
             return
         url = f"/notes/{note['id']}"
-        with self.client.patch(
-            url,
-            json={"done": True},
-            headers={**self.auth, "If-Match": '"1"'},
-            name="PATCH /notes/{id}",
-            catch_response=True,
-        ) as response:
-            updated = _fail_unless(response, 200, lambda b: b["done"] is True and b["version"] == 2)
+        updated = self.send_write(
+            "PATCH", url, {"done": True}, {**self.auth, "If-Match": '"1"'}, "PATCH /notes/{id}", 200,
+            lambda b: b["done"] is True and b["version"] == 2,
+        )  # fmt: skip
         if updated is None and self.keep_note_after_failed_update:
             return
         with self.client.delete(url, headers=self.auth, name="DELETE /notes/{id}", catch_response=True) as response:
-            _fail_unless(response, 204)
+            if response.status_code == 404:  # sent twice by nginx (a host died with it): the note is gone
+                response.request_meta["name"] = "DELETE /notes/{id} (gone)"
+                response.success()
+            else:
+                _fail_unless(response, 204)
 
 
 class TechEmpowerUser(FastHttpUser):

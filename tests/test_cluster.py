@@ -4,7 +4,9 @@ Network namespaces joined by a bridge: a balancer (nginx, deploy/nginx.conf), tw
 app hosts (``aiorest run example_app.app:app --workers 2``), a database host (its own
 PostgreSQL behind PgBouncer in transaction mode) and a Redis host. A rolling deploy
 through the balancer loses no request; the login limiter holds across hosts when the
-example app has a shared store (``RATE_LIMIT_STORE``). ``python -m load.cluster`` runs
+example app has a shared store (``RATE_LIMIT_STORE``); a login through the balancer is
+valid on both hosts and a logout is seen by both at once, with the sessions in PostgreSQL
+and in Redis (``SESSION_STORE``). ``python -m load.cluster`` runs
 the rest of the issue's scenarios, with figures.
 """
 
@@ -19,6 +21,7 @@ import pytest
 from load import steady
 from load.cluster_faults import shared_limiter_supported
 from load.cluster_hosts import Cluster, ClusterConfig, missing_tools
+from load.cluster_sessions import sessions_across_hosts
 from load.netns import unavailable_reason
 
 
@@ -76,3 +79,10 @@ def test_the_login_limit_holds_across_hosts_and_workers(cluster):
     assert statuses[5:] == [429] * 3, statuses
     after = {name: cluster.metrics(name)["requests"] for name in cluster.app_names}
     assert all(after[name] > before[name] for name in cluster.app_names), (before, after)
+
+
+@pytest.mark.parametrize("store", ["postgres", "redis"])
+def test_a_login_is_valid_on_every_host_and_a_logout_seen_by_all(cluster, store):
+    outcome = sessions_across_hosts(cluster, store)
+    assert outcome.verdict == "PASS", outcome.reason
+    assert set(outcome.figures["first_answer_after_logout"].values()) == {401}

@@ -488,6 +488,22 @@ async def exercise_cors(module: ModuleType, client: Any) -> None:
         assert response.status == 200 and response.headers["Access-Control-Expose-Headers"] == "X-Request-Id"
 
 
+async def exercise_idempotency(module: ModuleType, client: Any) -> None:
+    headers = {"X-Customer": "ada", "Idempotency-Key": "3c1f8e5a-order-1"}
+    async with client.post("/orders", json={"tea": 2}, headers=headers) as first:
+        assert first.status == 201 and await first.json() == {"number": 1, "tea": 2}
+    async with client.post("/orders", json={"tea": 2}, headers=headers) as again:  # the answer got lost: again
+        assert again.status == 201 and await again.json() == {"number": 1, "tea": 2}
+        assert again.headers["Idempotent-Replayed"] == "true"
+    async with client.post("/orders", json={"tea": 3}, headers=headers) as changed:
+        assert changed.status == 422
+    async with client.post("/orders", json={"tea": 2}, headers={**headers, "X-Customer": "bob"}) as other:
+        assert (await other.json())["number"] == 2  # another customer's key
+    async with client.post("/orders", json={"tea": 2}, headers={"Idempotency-Key": "k"}) as anonymous:
+        assert (await anonymous.json())["number"] == 3  # scope None: not deduplicated
+    assert len(module.orders) == 3
+
+
 async def exercise_compression(module: ModuleType, client: Any) -> None:
     import gzip
     import json
@@ -603,6 +619,7 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "openapi_docs": exercise_openapi_docs,
     "cors": exercise_cors,
     "compression": exercise_compression,
+    "idempotency": exercise_idempotency,
     "auth": exercise_auth,
     "auth_sessions": exercise_auth_sessions,
     "sessions": exercise_sessions,

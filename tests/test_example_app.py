@@ -340,3 +340,24 @@ async def test_the_index_names_the_api_and_links_its_docs_and_routes(aiorest_cli
     for link in ("/docs", "/redoc", "/openapi.json", "/notes", "/db", "/fortunes"):
         assert f'<a href="{link}">' in page, link
     assert "<td>GET</td><td>/notes/{note_id}</td>" in page and "<td>POST</td><td>/login</td>" in page
+
+
+async def test_a_write_retried_with_its_idempotency_key_applies_once(client):
+    title, key = unique("idem"), {"Idempotency-Key": str(uuid.uuid4())}
+    async with client.post("/notes", json={"title": title}, headers=key) as first:
+        assert first.status == 201 and "Idempotent-Replayed" not in first.headers
+        note = await first.json()
+    async with client.post("/notes", json={"title": title}, headers=key) as again:
+        assert again.status == 201 and again.headers["Idempotent-Replayed"] == "true"
+        assert await again.json() == note and again.headers["Location"] == first.headers["Location"]
+    async with client.post("/notes", json={"title": title + "!"}, headers=key) as other_body:
+        assert other_body.status == 422
+    async with client.get(f"/notes?q={title}") as response:
+        assert [item["id"] for item in (await response.json())["items"]] == [note["id"]]
+    patch_key = {"Idempotency-Key": str(uuid.uuid4()), "If-Match": '"1"'}
+    for replayed in (None, "true"):  # the repeat is not a stale write (412): it is the first's answer
+        async with client.patch(f"/notes/{note['id']}", json={"done": True}, headers=patch_key) as response:
+            assert response.status == 200 and response.headers.get("Idempotent-Replayed") == replayed
+            assert (await response.json())["version"] == 2 and response.headers["ETag"] == '"2"'
+    async with client.get(f"/notes/{note['id']}") as response:
+        assert (await response.json())["version"] == 2

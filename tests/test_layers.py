@@ -144,6 +144,7 @@ def test_every_module_has_a_layer():
         "aiorest.compression",
         "aiorest.cors",
         "aiorest.exceptions",
+        "aiorest.idempotency",
         "aiorest.jsoncodec",
         "aiorest.migrations",
         "aiorest.openapi",

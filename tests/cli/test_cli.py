@@ -170,7 +170,8 @@ async def test_python_m_example_app_runs_on_a_private_postgresql_and_stops_it_on
     text = output.decode()
     assert "using an embedded PostgreSQL" in text and f"aiorest serving on http://127.0.0.1:{port}" in text
     # what a newcomer reads: the data is there; no platformdirs warning, no pgserver chatter at exit
-    assert "database ready: migrations applied: 0001_create_sessions, 1001_create_rate_limits, 0001_notes" in text, text
+    applied = "0001_create_sessions, 1001_create_rate_limits, 2001_create_idempotency, 0001_notes"
+    assert f"database ready: migrations applied: {applied}" in text, text
     assert "seeded with 10000 World rows and 12 fortunes" in text, text
     assert "Warning" not in text and "INFO pgserver" not in text, text
     assert not (data / "postmaster.pid").exists(), "PostgreSQL was left running"
