@@ -5,10 +5,8 @@ a complete head becomes a Request appended to ``queue``, in arrival order (pipel
 limits and RFC 9112's strictness rules are decided here. A head that cannot be served becomes a Request
 whose error is kept in ``head_errors``, answered in its turn. Body bytes go into the request being received.
 
-Whoever owns the transport (protocol.py) acts on what it says: ``want_read`` (False: a full pipeline or
-body buffer, or parsing stopped), ``queue[0]`` (the request to answer), ``connection_line`` (the close
-decision), ``finish`` (False: close now; ``finish_kept``, the common answer's), ``check_deadline`` (None,
-CLOSE, or a Timeout) and ``shutdown`` (True: close now). States: states.py.
+The owner of the transport (protocol.py) acts on ``want_read``, ``queue[0]``, ``connection_line``,
+``finish`` (False: close now), ``check_deadline`` and ``shutdown``, each described below. States: states.py.
 """
 
 from __future__ import annotations
@@ -18,19 +16,22 @@ from collections.abc import Callable
 
 import httptools
 
-from ...http.exceptions import (
-    ClientDisconnected,
-    HTTPBadRequest,
-    HTTPError,
-    HTTPPayloadTooLarge,
-    HTTPRequestHeaderFieldsTooLarge,
-    HTTPRequestTimeout,
-    HTTPURITooLong,
-)
+from ...http import exceptions as errors
+from ...http.exceptions import HTTPError
 from ...http.limits import Limits
 from ...http.request import AppInterface, BodySource, Request
-from . import heads  # the rest of a head's rules, off the common path
-from .heads import Framing, ParseAbort, StopParsing, framing_header
+from .heads import (
+    NO_FRAMING,
+    Framing,
+    ParseAbort,
+    StopParsing,
+    broken_request,
+    framing_header,
+    general_request,
+    host_error,
+    parse_failure,
+    upgrade_refused,
+)
 from .states import CLOSED, CLOSING, HEAD, IDLE, RECV, SEND, STOPPED, Clock, Timeout, nothing
 
 __all__ = ["H1Connection", "CLOSE"]
@@ -39,7 +40,7 @@ CLOSE = "close"  # check_deadline: close the connection, writing nothing
 _CLOSE_LINE = "Connection: close\r\n"
 _KEEP_ALIVE_LINE = "Connection: keep-alive\r\n"  # for an HTTP/1.0 client that asked to keep alive
 
-# Here, not imported from heads.py: imported, it measured 490 instructions a request more (/json).
+# Here, not imported from py: imported, it measured 490 instructions a request more (/json).
 _METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")}
 _FRAMING_SIZES = frozenset({len(b"content-length"), len(b"connection"), len(b"expect"), len(b"transfer-encoding")})
 _FEED_SLICE = 16 * 1024  # bytes parsed at a time, so that a connection told to stop reading stops promptly
@@ -142,7 +143,7 @@ class H1Connection:
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             self._parse_error(exc)
         if self._in_head and self._head_bytes > self._max_header_size and self.recv_state is not STOPPED:
-            self._abort_parsing(HTTPRequestHeaderFieldsTooLarge("request head too large"))
+            self._abort_parsing(errors.HTTPRequestHeaderFieldsTooLarge("request head too large"))
         self._ready()
 
     def _receive_slices(self, data: memoryview) -> None:
@@ -169,7 +170,7 @@ class H1Connection:
         self._close_after_queue()
         receiving = self._receiving
         if receiving is not None:
-            receiving.end_body(ClientDisconnected("the client closed its side before the body ended"))
+            receiving.end_body(errors.ClientDisconnected("the client closed its side before the body ended"))
 
     def connection_lost(self, answering: bool) -> None:
         """The transport is gone: bodies end with ClientDisconnected; nothing more is answered.
@@ -179,7 +180,7 @@ class H1Connection:
         self.recv_state = RECV[self.recv_state, "lost"]
         self.send_state = SEND[self.send_state, "lost"]
         self.want_read = False
-        gone = ClientDisconnected("the client closed the connection")
+        gone = errors.ClientDisconnected("the client closed the connection")
         for request in self.queue:
             request.protocol = None
             request.end_body(gone)
@@ -265,9 +266,8 @@ class H1Connection:
                 if now - since > limits.head_timeout:
                     if self._head_bytes or self._url:
                         # _url: the method of the head under way was parsed (it comes before the target)
-                        return Timeout(
-                            HTTPRequestTimeout("request head not received in time"), self._is_head(bool(self._url))
-                        )
+                        error = errors.HTTPRequestTimeout("request head not received in time")
+                        return Timeout(error, self._is_head(bool(self._url)))
                     return CLOSE
             elif now - self._idle_since > limits.keepalive_timeout:
                 return CLOSE
@@ -275,7 +275,7 @@ class H1Connection:
             self._body_since = 0.0
             receiving = self._receiving
             if receiving is not None:
-                receiving.end_body(HTTPRequestTimeout("request body not received in time"))
+                receiving.end_body(errors.HTTPRequestTimeout("request body not received in time"))
                 receiving.keep_alive = False
             self._stop_parsing()
         return None
@@ -330,7 +330,7 @@ class H1Connection:
     def on_url(self, url: bytes) -> None:
         self._url += url
         if len(self._url) > self._max_request_line:
-            raise ParseAbort(HTTPURITooLong(f"request target longer than {self._max_request_line} bytes"))
+            raise ParseAbort(errors.HTTPURITooLong(f"request target longer than {self._max_request_line} bytes"))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         headers = self._raw_headers
@@ -338,7 +338,7 @@ class H1Connection:
         size = len(name)
         self._header_bytes += size + len(value)
         if len(headers) > self._max_headers or self._header_bytes > self._max_header_size:
-            raise ParseAbort(HTTPRequestHeaderFieldsTooLarge("request headers too large or too many"))
+            raise ParseAbort(errors.HTTPRequestHeaderFieldsTooLarge("request headers too large or too many"))
         # Cheap length tests first: most headers are none of these.
         if size == 4:
             if name == b"Host" or name.lower() == b"host":  # as most clients spell it: no lower()
@@ -354,8 +354,8 @@ class H1Connection:
     def _check_host(self, value: bytes) -> None:
         """RFC 9112, 3.2: a second Host line, or a Host that is not a host, is a 400."""
         if self._has_host:
-            raise ParseAbort(HTTPBadRequest("more than one Host header"))
-        error = heads.host_error(value)
+            raise ParseAbort(errors.HTTPBadRequest("more than one Host header"))
+        error = host_error(value)
         if error is not None:
             raise ParseAbort(error)
         self._checked_host = value
@@ -416,7 +416,7 @@ class H1Connection:
         """on_headers_complete for every other request (all those with a body among them)."""
         self._body_received = 0
         method = parser.get_method()
-        request, error, stop = heads.general_request(
+        request, error, stop = general_request(
             parser,
             _METHODS.get(method) or method.decode("ascii"),
             target,
@@ -425,7 +425,7 @@ class H1Connection:
             self._raw_headers,
             self._limits.max_body_size,
             has_host=self._has_host,
-            framing=self._framing or heads.NO_FRAMING,
+            framing=self._framing or NO_FRAMING,
             refusal=self._refusal,
         )
         self.queue.append(request)
@@ -445,7 +445,7 @@ class H1Connection:
         self._body_received += len(body)
         if self._body_received > self._limits.max_body_size:
             request.end_body(
-                HTTPPayloadTooLarge(f"request body exceeds the limit of {self._limits.max_body_size} bytes")
+                errors.HTTPPayloadTooLarge(f"request body exceeds the limit of {self._limits.max_body_size} bytes")
             )
             request.keep_alive = False
             raise StopParsing
@@ -465,12 +465,12 @@ class H1Connection:
     # -- broken bytes --------------------------------------------------------------------
 
     def _parse_error(self, exc: Exception) -> None:
-        error, method_known = heads.parse_failure(exc)
+        error, method_known = parse_failure(exc)
         if error is not None:
             self._abort_parsing(error, method_known)
             return
         if isinstance(exc, httptools.HttpParserUpgrade) and self.queue:
-            heads.upgrade_refused(self.queue[-1], self.head_errors)  # we speak no other protocol
+            upgrade_refused(self.queue[-1], self.head_errors)  # we speak no other protocol
         self._stop_parsing()
 
     def _stop_parsing(self) -> None:
@@ -490,7 +490,7 @@ class H1Connection:
             self._receiving = None
             return
         method = "HEAD" if self._is_head(method_known) else "GET"
-        request = heads.broken_request(method, self._app, self._body_source)
+        request = broken_request(method, self._app, self._body_source)
         self.queue.append(request)
         self.head_errors[request] = error
         self.send_state = _ON_REQUEST[self.send_state]
