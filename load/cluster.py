@@ -388,7 +388,8 @@ def run(args: argparse.Namespace) -> int:
                     if figures:
                         print(f"     {window:6s} {figures['requests']:6d} requests, {figures['failed']} failed "
                               f"{figures['by_kind'] or ''}, p50 {figures['p50_ms']:.0f} ms, "
-                              f"p99 {figures['p99_ms']:.0f} ms", flush=True)  # fmt: skip
+                              f"p99 {figures['p99_ms']:.0f} ms; {figures['retries']} sent again "
+                              f"{figures['retries_by_request'] or ''}", flush=True)  # fmt: skip
                 if plot_timeline(outcome, out / f"timeline_{name}.png"):
                     say(f"  plot: {out / f'timeline_{name}.png'}")
     except KeyboardInterrupt as exc:

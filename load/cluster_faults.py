@@ -105,9 +105,20 @@ def rolling_deploy(cluster: Cluster, users: int, duration: float, out: Path) -> 
     )
     total = found["all"]
     verdict = "PASS" if total["failed"] == 0 and total["requests"] else "FAIL"
-    reason = f"{total['failed']} failed of {total['requests']} requests; reloads took {extra['reload_s']} s"
+    reason = (
+        f"{total['failed']} failed of {total['requests']} requests, after {_retries(total)}; "
+        f"reloads took {extra['reload_s']} s"
+    )
     return Outcome("5a rolling deploy (SIGHUP each app host in turn)", verdict, reason, {**found, **extra},
                    timeline(run.rows()))  # fmt: skip
+
+
+def _retries(total: dict[str, Any]) -> str:
+    """How many attempts the clients sent again, writes and idempotent requests apart, and why."""
+    return (
+        f"{total['retries']} attempts sent again ({total['retries_of_writes']} of writes, "
+        f"{total['retries_of_idempotent']} of idempotent requests: {total['retries_by_request'] or 'none'})"
+    )
 
 
 def _losses(cluster: Cluster, found: dict[str, Any], run: LocustRun, since: float) -> tuple[bool, str, dict[str, int]]:
@@ -117,8 +128,8 @@ def _losses(cluster: Cluster, found: dict[str, Any], run: LocustRun, since: floa
     ok = total["failed"] == 0 and wrong == 0 and writes["posts_unacknowledged"] == 0 and total["requests"] > 0
     text = (
         f"{total['failed']} failed of {total['requests']} requests as the clients saw them "
-        f"({total['failed_idempotent']} idempotent), after {total['retries']} retries of writes "
-        f"{total['retries_by_kind']}; {writes['writes_acknowledged']} POST /notes and "
+        f"({total['failed_idempotent']} idempotent), after {_retries(total)}; "
+        f"{writes['writes_acknowledged']} POST /notes and "
         f"{writes['patches_acknowledged']} PATCH acknowledged ({writes['writes_replayed']} answers replayed from an "
         f"earlier attempt): {writes['duplicated_posts']} notes made twice, "
         f"{writes['lost_posts']} lost, {writes['patches_applied_twice']} patches applied twice, "

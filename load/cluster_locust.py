@@ -29,7 +29,7 @@ from typing import Any
 
 from locust import FastHttpUser, constant, events, task
 
-from load.locustfile import BrowsingUser, TechEmpowerUser, WritingUser, _fail_unless
+from load.locustfile import BrowsingUser, TechEmpowerUser, WritingUser, _fail_unless, idempotent
 
 __all__ = ["BrowsingUser", "ClusterWritingUser", "LoginUser", "TechEmpowerUser"]
 
@@ -135,7 +135,7 @@ class LoginUser(FastHttpUser):
         with self.client.post("/login", json=credentials, name="POST /login", catch_response=True) as response:
             if _fail_unless(response, 200) is None:
                 return
-        with self.client.get("/me", name="/me", catch_response=True) as response:
+        with idempotent(self.client, "GET", "/me", "/me") as response:
             _fail_unless(response, 200, lambda b: b["username"] == self.username)
         with self.client.post("/logout", name="POST /logout", catch_response=True) as response:
             _fail_unless(response, 204)

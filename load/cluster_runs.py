@@ -29,7 +29,7 @@ LOCUSTFILE = Path(__file__).resolve().parent / "cluster_locust.py"
 USERS = ["BrowsingUser", "ClusterWritingUser", "TechEmpowerUser", "LoginUser"]
 BOOKKEEPING = {"setup", "seed", "cleanup"}
 IDEMPOTENT = {"GET", "HEAD", "PUT", "DELETE", "OPTIONS"}  # what nginx passes to the next upstream
-RETRIED_PREFIX = "(retried) "  # load/locustfile.py's name of a write's attempt that it sent again
+RETRIED_PREFIX = "(retried) "  # load/locustfile.py's name of an attempt that it sent again
 GRACE_S = 60.0
 
 
@@ -146,15 +146,22 @@ def percentile(values: list[float], q: float) -> float:
 def figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Requests, failures by kind (idempotent or not), p50 and p99 of a set of logged requests.
 
-    A write's attempt that the client sent again (``(retried) ...``) is no request of its
-    own: it is counted in ``retries``, by kind, and the request is its last attempt.
+    An attempt that the client sent again (``(retried) ...``: a write after no answer,
+    502, 503, 504 or 409; an idempotent request after a 503 with ``Retry-After``) is no
+    request of its own: it is counted in ``retries``, writes and idempotent requests
+    apart, by kind and by request, and the request is its last attempt.
     """
     retried = [row for row in rows if row["name"].startswith(RETRIED_PREFIX)]
     rows = [row for row in rows if not row["name"].startswith(RETRIED_PREFIX)]
     failed = [row for row in rows if row["failed"]]
     return {
         "retries": len(retried),
+        "retries_of_writes": sum(row["method"] not in IDEMPOTENT for row in retried),
+        "retries_of_idempotent": sum(row["method"] in IDEMPOTENT for row in retried),
         "retries_by_kind": dict(Counter(kind(row) for row in retried)),
+        "retries_by_request": dict(
+            Counter(f"{row['name'].removeprefix(RETRIED_PREFIX)}: {kind(row)}" for row in retried)
+        ),
         "requests": len(rows),
         "failed": len(failed),
         "failed_idempotent": sum(row["method"] in IDEMPOTENT for row in failed),

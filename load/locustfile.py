@@ -11,11 +11,19 @@ users' weights ``--browse-weight``, ``--write-weight``, ``--tfb-weight``.
 Writes (``POST /notes``, ``PATCH /notes/{id}``) carry an ``Idempotency-Key``, a new
 one per write, and a write that got no answer, 502, 503, 504 or 409 (its first
 attempt still in flight) is sent again with the same key, at most ``WRITE_ATTEMPTS``
-times in all, 0.25 s, 0.5 s, 1 s… apart: the server runs it once whatever happens
-to the attempts (docs/idempotency.rst). An attempt that is sent again is reported
+times in all, 0.25 s, 0.5 s, 1 s… apart (longer if a 503's ``Retry-After`` asks): the
+server runs it once whatever happens to the attempts (docs/idempotency.rst). An attempt that is sent again is reported
 as failed under ``(retried) <name>``, apart from the request's own line. A DELETE
 answered 404 — nginx sent it to a second host after the first deleted the note —
 is reported as ``DELETE /notes/{id} (gone)``, a success: the writer's note is gone.
+
+Idempotent requests (the reads, and the writer's ``DELETE``) answered 503 with
+``Retry-After`` are sent again after the time it asks for (at most
+``RETRY_AFTER_CAP_S``), at most ``IDEMPOTENT_ATTEMPTS`` times in all, as an HTTP
+client does: the server said "not now" (a pool with no connection free in time,
+admission control). nginx does not pass a 503 on to another host (it would count
+the host as failed). An attempt sent again is reported the same way, as failed under
+``(retried) <name>``; a ``DELETE`` sent again that answers 404 is ``(gone)``.
 
 The notes API needs a login, and a login costs an argon2 hash and is rate
 limited (5 a minute per account, 20 per address): users do not log in. Before
@@ -31,8 +39,12 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from email.utils import parsedate_to_datetime
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import quote
@@ -48,6 +60,10 @@ WRITE_ATTEMPTS = 5
 #: server's "try again", and 409: the key's first attempt still runs.
 RETRIED_STATUSES = frozenset({0, 409, 502, 503, 504})
 RETRIED_PREFIX = "(retried) "
+#: An idempotent request answered 503 with Retry-After is sent again, this many attempts in all,
+#: after the wait it asks for, capped: a load run does not sit out a server's long estimate.
+IDEMPOTENT_ATTEMPTS = 3
+RETRY_AFTER_CAP_S = 2.0
 ACCOUNTS = 4
 _PASSWORD = uuid.uuid4().hex  # the run's accounts' password; only the process that logs in needs it
 _RUN_MESSAGE = "aiorest-load-run"  # master → workers: the run's tag and accounts
@@ -267,6 +283,42 @@ def _fail_unless(response: Any, status: int, check: Any = None) -> Any:
     return body
 
 
+def retry_after(response: Any) -> float | None:
+    """The seconds a 503's ``Retry-After`` asks to wait, capped; None unless a 503 with one."""
+    if response.status_code != 503:
+        return None
+    headers = response.headers or {}
+    value = headers.get("Retry-After") or headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:  # an HTTP date
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            seconds = RETRY_AFTER_CAP_S
+    return min(max(seconds, 0.0), RETRY_AFTER_CAP_S)
+
+
+@contextmanager
+def idempotent(client: Any, method: str, url: str, name: str, **kwargs: Any) -> Iterator[Any]:
+    """``client.request(..., catch_response=True)``, sent again while it answers 503 with ``Retry-After``.
+
+    Each attempt sent again is reported failed, as ``(retried) <name>``, with the
+    status and the wait; the block gets the last attempt's response.
+    """
+    for attempt in range(IDEMPOTENT_ATTEMPTS):
+        with client.request(method, url, name=name, catch_response=True, **kwargs) as response:
+            wait = retry_after(response)
+            if wait is None or attempt == IDEMPOTENT_ATTEMPTS - 1:
+                yield response
+                return
+            response.request_meta["name"] = RETRIED_PREFIX + name
+            response.failure(f"sent again in {wait:.1f} s: 503 Retry-After {(response.text or '')[:80]!r}")
+        gevent.sleep(wait)
+
+
 class _NotesUser(FastHttpUser):
     """A user of one of the run's accounts, dealt out round-robin; no account (setup failed): no credentials."""
 
@@ -299,7 +351,7 @@ class BrowsingUser(_NotesUser):
         url = f"/notes?q={seeded}&limit=10"
         seen: list[int] = []
         for _ in range(2):  # two pages, following the cursor
-            with self.client.get(url, headers=self.auth, name="/notes?q&limit", catch_response=True) as response:
+            with idempotent(self.client, "GET", url, "/notes?q&limit", headers=self.auth) as response:
                 page = _fail_unless(response, 200, lambda b: isinstance(b["items"], list) and "next" in b)
             if not page:
                 return
@@ -309,9 +361,7 @@ class BrowsingUser(_NotesUser):
             url = page["next"]  # it keeps the q filter
         if seen:
             note_id = random.choice(seen)
-            with self.client.get(
-                f"/notes/{note_id}", headers=self.auth, name="/notes/{id}", catch_response=True
-            ) as response:
+            with idempotent(self.client, "GET", f"/notes/{note_id}", "/notes/{id}", headers=self.auth) as response:
                 _fail_unless(response, 200, lambda b: b["id"] == note_id and b["title"].startswith(f"{RUN.tag} seed "))
 
 
@@ -343,7 +393,7 @@ class WritingUser(_NotesUser):
                     return _fail_unless(response, status, check)
                 response.request_meta["name"] = RETRIED_PREFIX + name
                 response.failure(f"sent again: {response.status_code} {(response.text or '')[:100]!r}")
-            gevent.sleep(0.25 * 2**attempt)
+            gevent.sleep(max(0.25 * 2**attempt, retry_after(response) or 0.0))  # a 503's Retry-After, if longer
         return None
 
     @task
@@ -362,8 +412,8 @@ class WritingUser(_NotesUser):
         )  # fmt: skip
         if updated is None and self.keep_note_after_failed_update:
             return
-        with self.client.delete(url, headers=self.auth, name="DELETE /notes/{id}", catch_response=True) as response:
-            if response.status_code == 404:  # sent twice by nginx (a host died with it): the note is gone
+        with idempotent(self.client, "DELETE", url, "DELETE /notes/{id}", headers=self.auth) as response:
+            if response.status_code == 404:  # sent twice (by nginx, a host died with it, or after a 503): gone
                 response.request_meta["name"] = "DELETE /notes/{id} (gone)"
                 response.success()
             else:
@@ -382,23 +432,23 @@ class TechEmpowerUser(FastHttpUser):
 
     @task
     def json(self) -> None:
-        with self.client.get("/json", catch_response=True) as response:
+        with idempotent(self.client, "GET", "/json", "/json") as response:
             _fail_unless(response, 200, lambda b: b == {"message": "Hello, World!"})
 
     @task
     def db(self) -> None:
-        with self.client.get("/db", catch_response=True) as response:
+        with idempotent(self.client, "GET", "/db", "/db") as response:
             _fail_unless(response, 200, lambda b: 1 <= b["id"] <= 10000 and 1 <= b["randomNumber"] <= 10000)
 
     @task
     def queries(self) -> None:
         n = self._queries()
-        with self.client.get(f"/queries?queries={n}", name="/queries", catch_response=True) as response:
+        with idempotent(self.client, "GET", f"/queries?queries={n}", "/queries") as response:
             _fail_unless(response, 200, lambda b: len(b) == n and all("randomNumber" in row for row in b))
 
     @task
     def fortunes(self) -> None:
-        with self.client.get("/fortunes", catch_response=True) as response:
+        with idempotent(self.client, "GET", "/fortunes", "/fortunes") as response:
             if response.status_code == 200 and "Additional fortune added at request time." in response.text:
                 response.success()
             else:
@@ -407,5 +457,5 @@ class TechEmpowerUser(FastHttpUser):
     @task
     def updates(self) -> None:
         n = self._queries()
-        with self.client.get(f"/updates?queries={n}", name="/updates", catch_response=True) as response:
+        with idempotent(self.client, "GET", f"/updates?queries={n}", "/updates") as response:
             _fail_unless(response, 200, lambda b: len(b) == n)
