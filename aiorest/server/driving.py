@@ -100,6 +100,7 @@ class HandlerDriver:
         "_suspended",
         "_serving",
         "_inline",
+        "grace",
     )
 
     def __init__(
@@ -126,6 +127,9 @@ class HandlerDriver:
         self._suspended: tuple[contextvars.Context, Generator[Any, Any, None], Any] | None = None
         self._serving = False  # _serve is running process(): its Task is the current one
         self._inline = stepping() == INLINE  # how handlers are stepped: see stepping.py
+        # A shutdown's idle grace runs (HttpProtocol.shutdown): an idle connection waits for its next
+        # request, answered with Connection: close, instead of closing when nothing is left to answer.
+        self.grace = False
 
     def connection_made(self, transport: asyncio.Transport, trusted_proxies: TrustedProxies | None) -> None:
         self._transport = transport
@@ -198,7 +202,8 @@ class HandlerDriver:
         # Usually IDLE here, the first test: the connection stays open.
         send_state = conn.send_state
         if send_state is not IDLE and send_state is not ANSWERING and self.current is None and not queue:
-            wire.close()
+            if not self.grace or conn.stopped:
+                wire.close()
 
     # Every handler runs inside a Task from its first line; how, stepping.py says.
     # On the inline path the connection keeps one Task, _serve: _process runs the

@@ -231,6 +231,7 @@ class HttpProtocol(asyncio.Protocol):
         """Server shutdown: close after the response in flight; an idle connection now,
         or, with ``close_idle`` false, after it answers its next request (``Connection: close``).
         """
+        self._driver.grace = not close_idle
         if self._conn.shutdown(close_idle) and self._driver.current is None:
             self.close()
 

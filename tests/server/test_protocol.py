@@ -914,3 +914,22 @@ async def test_a_request_pipelined_after_connection_close_is_never_run():
     assert response.header("connection") == "close"
     assert calls == ["/effect"]
     assert conn.transport.closed
+
+
+async def test_a_shutdown_with_idle_grace_keeps_an_idle_connection_for_its_next_request(app):
+    # A graceful stop with idle_grace: a connection idle after a kept-alive answer stays open, so that
+    # the request its client sends next (it read a keep-alive answer) is answered, with Connection: close.
+    # The driver goes over its queue again after each answer (on the task path, from the Task's
+    # done-callback): that must not close it (a test of test_reload's saw "closed before the response").
+    conn = Connection(app)
+    conn.feed(GET_JSON)
+    [first] = await conn.responses(1)
+    assert first.header("connection") is None
+    conn.protocol.shutdown(close_idle=False)
+    conn.protocol._driver.process()  # what the task path's done-callback does after an answer
+    await asyncio.sleep(0.01)
+    assert not conn.transport.closed
+    conn.feed(GET_JSON)
+    [_, second] = await conn.responses(2)
+    assert second.status == 200 and second.header("connection") == "close"
+    assert conn.transport.closed
