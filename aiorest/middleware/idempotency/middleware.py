@@ -85,7 +85,7 @@ class Idempotency:
     async def __call__(self, request: Request, handler: Handler) -> Response:
         if request.method not in self.methods:
             return await handler(request)  # type: ignore[no-any-return]
-        values = request.headers.getall("idempotency-key")
+        values = request.header_values("idempotency-key")  # one scan; no Headers built
         if not values:
             return await handler(request)  # type: ignore[no-any-return]
         scope = "" if self.scope is None else self.scope(request)
