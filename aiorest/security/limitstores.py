@@ -9,10 +9,10 @@ Documented in :doc:`auth`.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._support.redis import RedisClient
+from .._support.sweeps import Sweep
 from ..http.exceptions import HTTPServiceUnavailable
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ class PostgresLimitStore(LimitStore):
         self.database = database
         self.sweep_every = sweep_every
         self.sweep_batch = sweep_batch
-        self._swept: dict[str, float] = {}
+        self._sweeps: dict[str, Sweep] = {}  # one a limit (its name): as many as the code makes limits
 
     async def hit(self, name: str, key: str, limit: int, window: float, max_entries: int) -> Hit:
         try:
@@ -210,12 +210,13 @@ class PostgresLimitStore(LimitStore):
             if row is None:
                 wait = await self.database.fetchval(_OLDEST_SQL, (name,))
                 return Hit(False, full=True, wait=wait or 1.0)
-            now = time.monotonic()
-            if now - self._swept.setdefault(name, now) > self.sweep_every:
-                self._swept[name] = now
-                await self.database.execute(_SWEEP_SQL, (name, name, self.sweep_batch))
         except HTTPServiceUnavailable as exc:  # the database's 503s: down, too slow, pool full
             raise LimitStoreUnavailable(f"PostgreSQL: {exc.message}") from None
+        sweep = self._sweeps.get(name)
+        if sweep is None:
+            sweep = self._sweeps[name] = Sweep(f"the rate limit {name!r}'s ended windows", self.sweep_every)
+        # The hit is counted: a sweep that fails does not make it a 503.
+        await sweep(lambda: self.database.execute(_SWEEP_SQL, (name, name, self.sweep_batch)))
         if row["refused"]:
             return Hit(False, wait=row["wait"])
         return Hit(True, receipt=row["ends_at"])

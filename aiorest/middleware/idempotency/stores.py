@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..._support.redis import RedisClient
+from ..._support.sweeps import Sweep
 from ...http.exceptions import HTTPServiceUnavailable
 
 if TYPE_CHECKING:
@@ -227,7 +228,8 @@ class PostgresIdempotencyStore(IdempotencyStore):
     together or not at all. A crash before the commit leaves neither: a retry runs
     the handler again, on a database that never saw the first. Nothing is ever
     left in flight, and ``lease`` does not apply. Expired rows are deleted
-    ``sweep_batch`` at a time, at most every ``sweep_every`` seconds per process.
+    ``sweep_batch`` at a time, at most every ``sweep_every`` seconds per process, after a
+    commit; a sweep that fails is logged, and the answer committed before it stands.
 
     A transaction whose client falls silent — its host cut off from the database —
     would keep its lock, its row locks and, behind PgBouncer in transaction mode, a
@@ -248,9 +250,8 @@ class PostgresIdempotencyStore(IdempotencyStore):
             raise ValueError(f"idle_timeout is a positive number of seconds, not {idle_timeout!r}")
         self.database = database
         self.idle_timeout = idle_timeout
-        self.sweep_every = sweep_every
         self.sweep_batch = sweep_batch
-        self._swept = time.monotonic()
+        self._sweep = Sweep("expired idempotency keys", sweep_every)
 
     async def begin(self, key: str, fingerprint: str, lease: float) -> Claim:
         opened: AbstractAsyncContextManager[Transaction] = self.database.transaction()
@@ -295,7 +296,5 @@ class PostgresIdempotencyStore(IdempotencyStore):
             await opened.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         await opened.__aexit__(None, None, None)
-        now = time.monotonic()
-        if now - self._swept > self.sweep_every:
-            self._swept = now
-            await self.database.execute(_SWEEP_SQL, (self.sweep_batch,))
+        # After the commit: the answer is kept whatever becomes of the sweep.
+        await self._sweep(lambda: self.database.execute(_SWEEP_SQL, (self.sweep_batch,)))

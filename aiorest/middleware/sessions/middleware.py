@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..._support.bursts import BurstLog, failing
 from ..._support.redis import RedisClient
+from ..._support.sweeps import Sweep
 from ...http.cookies import SameSite, format_set_cookie
 from ...http.exceptions import HTTPServiceUnavailable
 from .session import Session
@@ -352,9 +353,8 @@ class PostgresStore(SessionStore):
             raise ValueError(f"ttl must be a positive number of seconds, not {ttl!r}")
         self.database = database
         self.ttl = ttl
-        self.purge_every = purge_every
         self.purge_batch = purge_batch
-        self._purged = time.monotonic()
+        self._purge = Sweep("expired sessions", purge_every)
 
     async def load(self, value: str, max_age: int) -> Session | None:
         if not _ID_RE.match(value):
@@ -366,6 +366,15 @@ class PostgresStore(SessionStore):
             return None
         return Session(data, value)
 
+    @property
+    def purge_every(self) -> float:
+        """Seconds between two purges of expired sessions (per process)."""
+        return self._purge.every
+
+    @purge_every.setter
+    def purge_every(self, seconds: float) -> None:
+        self._purge.every = seconds
+
     async def save(self, session: Session, max_age: int) -> str:
         set_keys, deleted = session.changes()
         changed = dict(session) if session.fresh else {field: session[field] for field in set_keys}
@@ -373,9 +382,7 @@ class PostgresStore(SessionStore):
             _UPSERT,
             (stored_id(session.id), json.dumps(changed), self.ttl or max_age, session.fresh, sorted(deleted)),
         )
-        if time.monotonic() - self._purged > self.purge_every:
-            self._purged = time.monotonic()
-            await self.purge_expired()
+        await self._purge(self.purge_expired)  # the session is saved whatever becomes of the purge
         return session.id
 
     async def delete(self, session_id: str) -> None:
