@@ -117,6 +117,7 @@ class Pool:
         self.connect_timeout = connect_timeout
         self.prepare = self.driver.prepares and pooler != "transaction" if prepare is None else prepare
         self.application_name = application_name
+        self._options: ConnectOptions | None = None  # open() makes them
         self._idle: deque[Connection] = deque()
         self._waiters: deque[asyncio.Future[Connection]] = deque()
         self._given_up = 0  # waiters that timed out or were cancelled since the last sweep
@@ -170,6 +171,18 @@ class Pool:
         if not self.dsn and self.driver.owns_connections:
             raise RuntimeError("no database: pass Database(dsn) or set DATABASE_URL")
         self._share_out()  # the workers are known now: the app may have been made before they were
+        # The same for every connection: made once here, not at each connect (on a borrowed
+        # aiopg pool, each statement's).
+        self._options = ConnectOptions(
+            dsn=self.dsn,
+            application_name=self.application_name,
+            prepare=self.prepare,
+            statement_timeout=self.statement_timeout,
+            # Behind a pooler in transaction mode a session's SET lands on
+            # whichever server connection runs it, and stays there for others.
+            cancel_at_timeout=self.pooler == "transaction",
+            lost=self._lost,
+        )
         self._closed = False
         try:
             for _ in range(self.min_size):
@@ -252,16 +265,8 @@ class Pool:
 
     async def _connect(self) -> Connection:
         """A new connection, which the caller has counted in ``_size`` (uncounted on failure)."""
-        options = ConnectOptions(
-            dsn=self.dsn,
-            application_name=self.application_name,
-            prepare=self.prepare,
-            statement_timeout=self.statement_timeout,
-            # Behind a pooler in transaction mode a session's SET lands on
-            # whichever server connection runs it, and stays there for others.
-            cancel_at_timeout=self.pooler == "transaction",
-            lost=self._lost,
-        )
+        options = self._options
+        assert options is not None, "open() first"
         try:
             async with asyncio.timeout(self.connect_timeout):
                 connection = await self.driver.connect(options)
