@@ -202,6 +202,9 @@ class AiopgDriver:
     owns_connections = True
     prepares = False
 
+    def opening(self) -> None:
+        pass
+
     async def connect(self, options: ConnectOptions) -> Connection:
         conn = await aiopg.connect(
             options.dsn,
@@ -233,15 +236,17 @@ class AiopgPoolDriver:
     prepares = False
 
     def __init__(self, pool: aiopg.Pool | Callable[[], aiopg.Pool]) -> None:
-        self._pool = pool
+        self._given = pool
+        self.pool: aiopg.Pool | None = pool if isinstance(pool, aiopg.Pool) else None
 
-    @property
-    def pool(self) -> aiopg.Pool:
-        pool = self._pool
-        return pool if isinstance(pool, aiopg.Pool) else pool()
+    def opening(self) -> None:
+        """A function given instead of the pool is called now, once an open: not for each statement."""
+        given = self._given
+        self.pool = given if isinstance(given, aiopg.Pool) else given()
 
     async def connect(self, options: ConnectOptions) -> Connection:
         pool = self.pool
+        assert pool is not None, "the Database opens first"
         try:
             conn = await pool.acquire()
         except AssertionError as exc:

@@ -75,6 +75,9 @@ class Driver(Protocol):
     owns_connections: bool
     prepares: bool
 
+    def opening(self) -> None:
+        """The pool opens (again): what the driver works from is looked up now, once."""
+
     async def connect(self, options: ConnectOptions) -> Connection: ...
 
 
@@ -84,6 +87,9 @@ class Psycopg2Driver:
     name = "psycopg2"
     owns_connections = True
     prepares = True
+
+    def opening(self) -> None:
+        pass
 
     async def connect(self, options: ConnectOptions) -> Connection:
         assert options.dsn is not None

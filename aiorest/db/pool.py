@@ -171,6 +171,7 @@ class Pool:
         if not self.dsn and self.driver.owns_connections:
             raise RuntimeError("no database: pass Database(dsn) or set DATABASE_URL")
         self._share_out()  # the workers are known now: the app may have been made before they were
+        self.driver.opening()
         # The same for every connection: made once here, not at each connect (on a borrowed
         # aiopg pool, each statement's).
         self._options = ConnectOptions(

@@ -99,10 +99,13 @@ async def test_errors_are_mapped_as_on_the_default_driver(db: Database) -> None:
 
 async def test_a_borrowed_pool_is_shared_and_stays_the_app_s(database_url: str) -> None:
     async with aiopg.create_pool(database_url, minsize=1, maxsize=2) as pool:
-        db = Database.from_aiopg(lambda: pool)  # resolved at open: a pool an app context makes
+        asked = []
+        db = Database.from_aiopg(lambda: asked.append(1) or pool)  # resolved at open: a pool an app context makes
         await db.open()
         assert db.max_size == 10  # aiopg's default maxsize: the pool was not known when the Database was made
         assert await db.fetchval("SELECT 1") == 1
+        assert await db.fetchval("SELECT 2") == 2
+        assert len(asked) == 1  # once, at open: not again for each statement
         assert (db.size, pool.freesize) == (0, pool.size)  # given back at once
         async with pool.acquire() as conn, conn.cursor() as cursor:  # the app's own code, beside it
             await cursor.execute("SELECT 2")
