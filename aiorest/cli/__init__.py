@@ -151,12 +151,12 @@ def _run(args: argparse.Namespace) -> None:
     logging.basicConfig(level=args.log_level.upper(), format=WORKERS_LOG_FORMAT)
     bound: os.stat_result | None = None  # the unix socket file bound here, removed at exit
     if sock is None:
-        where = f"unix:{args.unix}" if args.unix else f"{args.host}:{args.port}"
+        where = f"unix:{args.unix}" if args.unix else f"{config.host}:{config.port}"
         try:
             sock = (
                 bind_unix(args.unix, args.unix_mode, args.backlog)
                 if args.unix
-                else bind_tcp(args.host, args.port, args.backlog)
+                else bind_tcp(config.host, config.port, args.backlog)
             )
         except OSError as exc:
             logging.getLogger("aiorest.server").error("cannot listen on %s: %s", where, exc)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..server.config import Flag, ServerConfig, flags, positive
+from ..http.limits import Limits, limit_help
+from ..server.config import Flag, ServerConfig, at_least_one, flags, positive
 
-__all__ = ["add_flags", "config_from", "COMMAND_LINE_FLAGS"]
+__all__ = ["add_flags", "config_from", "COMMAND_LINE_FLAGS", "LIMIT_FLAGS"]
 
 
 #: What the command line adds to ServerConfig: the process model's flags (and the app, a positional argument).
@@ -23,6 +25,18 @@ COMMAND_LINE_FLAGS: dict[str, Flag] = {
         parse=positive,
         cli_default=60.0,
     ),
+}
+
+
+#: A flag per field of Limits, over the app's limits (ServerConfig.limit_overrides): absent, the app's value stays.
+LIMIT_FLAGS: dict[str, Flag] = {
+    option.name: Flag(
+        limit_help()[option.name],
+        env=f"AIOREST_{option.name.upper()}",
+        parse=positive if isinstance(option.default, float) else at_least_one,
+        cli_default=None,
+    )
+    for option in dataclasses.fields(Limits)
 }
 
 
@@ -81,18 +95,35 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         _add(parser, option.name, flag, option.default if flag.cli_default is ... else flag.cli_default)
     for name, flag in COMMAND_LINE_FLAGS.items():
         _add(parser, name, flag, None if flag.cli_default is ... else flag.cli_default)
+    limits = parser.add_argument_group("limits", "each over the app's Limits (docs/server.rst: Limits and timeouts)")
+    for name, flag in LIMIT_FLAGS.items():
+        _add(limits, name, flag, None)  # type: ignore[arg-type]  # an argument group adds arguments alike
 
 
 def config_from(args: argparse.Namespace, **more: Any) -> ServerConfig:
-    """The ServerConfig the parsed flags give (``--workers`` absent: one), with ``more`` fields."""
+    """The ServerConfig the parsed flags give (``--workers`` absent: one), with ``more`` fields.
+
+    ``--host`` or ``--port`` with ``--unix`` is refused (SystemExit): one of them would be ignored.
+    """
     given = {option.name: getattr(args, option.name) for option, _ in flags()}
+    if given["unix"] and (given["host"] is not None or given["port"] is not None):
+        raise SystemExit(
+            "aiorest: --unix serves on a unix socket: --host and --port do not apply, give one or the other"
+        )
+    for option in dataclasses.fields(ServerConfig):
+        if option.name in ("host", "port") and given[option.name] is None:
+            given[option.name] = option.default
     given["workers"] = given["workers"] or 1
-    return ServerConfig(**given, **more)
+    overrides = {name: getattr(args, name) for name in LIMIT_FLAGS if getattr(args, name, None) is not None}
+    try:
+        return ServerConfig(**given, limit_overrides=overrides or None, **more)
+    except ValueError as exc:
+        raise SystemExit(f"aiorest: {exc}") from None
 
 
 def flag_names() -> Iterable[str]:
     """The ``--names`` add_flags adds, in order."""
     for option, _ in flags():
         yield "--" + option.name.replace("_", "-")
-    for name in COMMAND_LINE_FLAGS:
+    for name in [*COMMAND_LINE_FLAGS, *LIMIT_FLAGS]:
         yield "--" + name.replace("_", "-")

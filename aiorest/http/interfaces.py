@@ -63,11 +63,8 @@ class BodySource(Protocol):
     def body_consumed(self, size: int) -> None:
         """A handler took ``size`` bytes out of the request's buffer (flow control)."""
 
-    def body_wait(self) -> None:
-        """A handler waits for body bytes (the body deadline runs)."""
-
-    def body_paused(self) -> bool:
-        """Whether the server reads no more of the body until a handler takes some out."""
+    def buffer_whole_body(self) -> None:
+        """Read the body arriving whole before a handler takes any (``body_buffer`` no longer stops reading)."""
 
     def send_continue(self) -> None:
         """Send ``100 Continue`` to a client that asked for it."""

@@ -384,28 +384,33 @@ class Request:
         return self._expect_continue and not self._body_done
 
     async def buffer_body(self) -> None:
-        """Wait, taking nothing out of it, until the body is in the server's buffer:
-        all of it, or as much as the server buffers before it stops reading
-        (``Limits.body_buffer``); or until it fails (the error is raised by
-        :meth:`read` or :meth:`stream`). Returns at once for a request without a body.
+        """Wait, taking nothing out of it, until the whole body is in the server's memory;
+        raise its error if it fails (408 late, 413 too large, 503 past the server's
+        ``Limits.max_body_memory``, :exc:`ClientDisconnected`). Returns at once for a
+        request without a body, or one whose body was read already.
 
         The admission gate waits here before it gives a request a handler slot,
-        so that a client sending its body slowly holds no slot meanwhile.
+        so that a client sending its body slowly holds no slot meanwhile, whatever its size.
         """
         protocol = self.protocol
-        while not self._body_done and protocol is not None and not protocol.body_paused():
+        if not self._body_done and protocol is not None:
+            protocol.buffer_whole_body()
+        while not self._body_done and protocol is not None:
             try:
                 await self._more_body(protocol)
             finally:
                 self._waiter = None
             protocol = self.protocol
+        if self._body_error is not None:
+            raise self._body_error
+        if not self._body_done and self._body is None:
+            raise ClientDisconnected("the request body is no longer available")
 
     def _more_body(self, protocol: BodySource) -> asyncio.Future[None]:
         """What wakes when more of the body arrives (its end, an error); asks for it if the client waits for 100."""
         if self._expect_continue:
             self._expect_continue = False
             protocol.send_continue()
-        protocol.body_wait()
         waiter = self._waiter = asyncio.get_running_loop().create_future()
         return waiter
 

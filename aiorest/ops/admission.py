@@ -7,12 +7,13 @@ next ``max_queue`` requests wait, first come first served, at most
 ``queue_timeout`` seconds each; the others are answered at once with 503 and
 ``Retry-After`` (HTTPServiceUnavailable), in the usual JSON error shape.
 
-A request takes its slot once its body is in (``Request.buffer_body``: all of
-it, or the first ``Limits.body_buffer`` bytes of a larger one), not when its
-head arrives: clients that send their bodies slowly would otherwise hold every
-slot while the server waits for them, and every other request would get 503.
-Waiting for a body costs a connection and at most ``body_buffer`` bytes, both
-bounded already, and ``body_timeout`` ends a body that stalls.
+A request takes its slot once its whole body is in (``Request.buffer_body``),
+not when its head arrives: clients that send their bodies slowly would otherwise
+hold every slot while the server waits for them, and every other request would
+get 503. Waiting for a body costs a connection and its bytes, bounded per body
+(``Limits.max_body_size``) and for all of them (``max_body_memory``, 503 past
+it); ``body_timeout`` and ``body_min_rate`` end a body that comes too slowly
+(408). A body that fails is answered without taking a slot.
 
 The gate is a layer (see ``App.startup``) wrapped around each route's
 endpoint, outside the middleware, when the server starts: with no gate the

@@ -52,7 +52,7 @@ def _octal(text: str) -> int:
     return int(text, 8)
 
 
-def _at_least_one(text: str) -> int:
+def at_least_one(text: str) -> int:
     count = int(text)
     if count < 1:
         raise ValueError(f"must be at least 1, got {count}")
@@ -91,8 +91,9 @@ class ServerConfig:
     ``log_level``: the level :func:`~aiorest.server.run` configures logging with.
     """
 
-    host: str = _option("127.0.0.1", Flag("address to bind (default 127.0.0.1)"))
-    port: int = _option(8080, Flag("port to bind (default 8080)", parse=int))
+    # None on the command line: not given, which --unix needs to know (cli/options.py)
+    host: str = _option("127.0.0.1", Flag("address to bind (default 127.0.0.1)", cli_default=None))
+    port: int = _option(8080, Flag("port to bind (default 8080)", parse=int, cli_default=None))
     unix: str | None = _option(None, Flag("serve on this unix socket path instead of TCP"))
     unix_mode: int = _option(0o666, Flag("unix socket mode (default 666)", parse=_octal))
     sock: socket.socket | None = _option(None, why_not="a socket object: the command line's --fd gives it")
@@ -100,12 +101,15 @@ class ServerConfig:
         1,
         Flag(
             "worker processes under a parent that reloads them on SIGHUP (default: one process, no parent)",
-            parse=_at_least_one,
+            parse=at_least_one,
             cli_default=None,
         ),
     )
     backlog: int = _option(2048, Flag("listen backlog (default 2048)", parse=int))
     limits: Limits | None = _option(None, why_not="an object: the app's limits, else Limits()")
+    limit_overrides: Mapping[str, float] | None = _option(
+        None, why_not="a flag per field of Limits (--max-body-size, --body-timeout, ...), over the app's limits"
+    )
     server_header: str | None = _option("aiorest", why_not="set in code, if at all")
     reuse_port: bool = _option(False, why_not="the command line binds once and shares the socket")
     graceful_timeout: float = _option(
@@ -120,7 +124,7 @@ class ServerConfig:
         None,
         Flag(
             "handlers running at most per worker; past it requests wait, then 503 (default off);"
-            " a request takes its slot once its body is in (up to the body buffer), so slow uploads hold none",
+            " a request takes its slot once its whole body is in, so slow uploads hold none",
             env="AIOREST_MAX_CONCURRENCY",
             parse=int,
         ),
@@ -181,6 +185,18 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
+        if self.limit_overrides:
+            self.limits_over(Limits())  # a name that is not a limit, or a value out of range: ValueError now
+
+    def limits_over(self, base: Limits) -> Limits:
+        """``limits`` (else ``base``) with ``limit_overrides`` replaced."""
+        limits = self.limits or base
+        if not self.limit_overrides:
+            return limits
+        unknown = self.limit_overrides.keys() - {option.name for option in dataclasses.fields(Limits)}
+        if unknown:
+            raise ValueError(f"limit_overrides: no such limit: {', '.join(sorted(unknown))}")
+        return dataclasses.replace(limits, **self.limit_overrides)  # type: ignore[arg-type]  # checked by Limits
 
     @classmethod
     def of(cls, config: ServerConfig | None, options: Mapping[str, Any], *, what: str) -> ServerConfig:

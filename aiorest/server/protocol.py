@@ -68,7 +68,7 @@ class HttpProtocol(asyncio.Protocol):
         self.trusted_proxies: TrustedProxies | None = None  # the server's, if the peer is one of them
         self._limits = limits
         self._loop = loop
-        self._conn = conn = H1Connection(app, limits, state, self)
+        self._conn = conn = H1Connection(app, limits, state, self, state.body_memory(limits.max_body_memory))
         self._driver = HandlerDriver(app, state, conn, self, loop)
         # The connection calls the driver once a read is parsed.
         conn.on_ready(self._driver.process)
@@ -189,13 +189,11 @@ class HttpProtocol(asyncio.Protocol):
         if self.reading_paused and self._conn.want_read:
             self.resume_reading()
 
-    def body_wait(self) -> None:
-        """A handler waits for body bytes: the body deadline runs."""
-        self._conn.body_wait()
-
-    def body_paused(self) -> bool:
-        """Whether reading is paused: no more body comes until a handler takes some (or the queue shrinks)."""
-        return self.reading_paused
+    def buffer_whole_body(self) -> None:
+        """Read the body arriving whole, ``body_buffer`` notwithstanding (the admission gate waits for it)."""
+        self._conn.buffer_whole_body()
+        if self.reading_paused and self._conn.want_read:
+            self.resume_reading()
 
     def send_continue(self) -> None:
         """Tell a client that sent ``Expect: 100-continue`` to send its body."""

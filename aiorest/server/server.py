@@ -79,7 +79,7 @@ class Server:
         self.unix_mode = config.unix_mode
         self.backlog = config.backlog
         self.reuse_port = config.reuse_port
-        self.limits = config.limits or app.limits or Limits()
+        self.limits = config.limits_over(app.limits or Limits())
         self._sock = sock = config.sock
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             self.host, self.port = sock.getsockname()[:2]

@@ -9,6 +9,7 @@ from email.utils import formatdate
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..http.datastructures import check_header_value
+from ._h1.body import BodyMemory
 
 if TYPE_CHECKING:
     from ..http.forwarded import TrustedProxies
@@ -57,6 +58,14 @@ class ServerState:
         # parameters (ServedApp.static_endpoints), set once the app started; empty, every
         # request goes through the app's router.
         self.static_endpoints: Mapping[str, Mapping[str, Callable[..., Any]]] = {}
+        self._body_memory: BodyMemory | None = None
+
+    def body_memory(self, limit: int) -> BodyMemory:
+        """The body bytes all the connections buffer, against ``limit`` (``Limits.max_body_memory``): one
+        count for the server, made by its first connection."""
+        if self._body_memory is None:
+            self._body_memory = BodyMemory(limit)
+        return self._body_memory
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

@@ -217,6 +217,52 @@ async def test_behind_the_gate_a_body_larger_than_the_buffer_and_one_after_100_c
         writer.close()
 
 
+async def test_bodies_larger_than_the_buffer_sent_slowly_hold_no_slot_either():
+    # Issue 34, point 1: past body_buffer (256 KiB) the handler took its slot and read the rest at the client's
+    # pace: twelve such uploads on eight slots answered every other request 503 for as long as they trickled.
+    async with serving(upload_app(), max_concurrency=2, max_queue=1) as (server, session):
+        gate = server.admission
+        assert gate is not None
+        slow = [await open_slow_upload(server.port, 900_000) for _ in range(4)]
+        for _, writer in slow:
+            writer.write(b"x" * (300 * 1024))
+        for _ in range(3):
+            await asyncio.sleep(0.2)
+            for _, writer in slow:
+                writer.write(b"x")
+            assert (await get(session, "/ok"))[0] == 200
+        assert gate.running == 0 and gate.queued == 0
+        rest = 900_000 - 1 - 300 * 1024 - 3
+        for _, writer in slow:
+            writer.write(b"x" * rest)
+        for reader, writer in slow:
+            [response], _ = await read_responses(reader, 1)
+            assert response.status == 200 and response.body == b'{"length":900000}'
+            writer.close()
+
+
+async def test_connections_trickling_their_bodies_are_closed_at_the_deadline():
+    # Issue 34, point 2: Limits(body_timeout=2, max_connections=40): forty connections sending a byte a second
+    # were all open after 12 s, and a new client got 503 "too many connections".
+    limits = Limits(body_timeout=1, body_min_rate=1000, max_connections=4)
+    async with serving(upload_app(), limits=limits) as (server, session):
+        slow = [await open_slow_upload(server.port, 100) for _ in range(4)]
+        answers = [asyncio.ensure_future(read_responses(reader, 1)) for reader, _ in slow]
+        for _ in range(40):  # a byte every 0.1 s each, for up to 4 s: the deadline is 1 s and 1 ms a byte
+            if all(answer.done() for answer in answers):
+                break
+            await asyncio.sleep(0.1)
+            for _, writer in slow:
+                if not writer.is_closing():
+                    writer.write(b"x")
+        for answer in answers:
+            [response], closed = await asyncio.wait_for(answer, 5)
+            assert response.status == 408 and closed
+        for _, writer in slow:
+            writer.close()
+        assert (await get(session, "/ok"))[0] == 200
+
+
 async def test_a_body_that_stalls_before_the_gate_gets_408():
     limits = Limits(body_timeout=0.5)
     async with serving(upload_app(), max_concurrency=1, limits=limits) as (server, session):

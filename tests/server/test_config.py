@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from aiorest import App, Server
+from aiorest import App, Limits, Server
 from aiorest.cli import _parser
-from aiorest.cli.options import COMMAND_LINE_FLAGS
+from aiorest.cli.options import COMMAND_LINE_FLAGS, LIMIT_FLAGS, config_from
 from aiorest.server import ServerConfig, run
 from aiorest.server.config import flags
 
@@ -35,7 +35,7 @@ def test_the_command_line_has_a_flag_per_field_or_says_why_not():
     run_parser = _parser()._subparsers._group_actions[0].choices["run"]
     dests = {action.dest for action in run_parser._actions} - {"help", "app"}
     with_flag = {option.name for option, _ in flags()}
-    assert dests == with_flag | set(COMMAND_LINE_FLAGS)
+    assert dests == with_flag | set(COMMAND_LINE_FLAGS) | set(LIMIT_FLAGS)
     for option in dataclasses.fields(ServerConfig):
         assert (option.name in with_flag) != bool(option.metadata["why_not"]), option.name
 
@@ -49,7 +49,8 @@ def test_help_names_every_flag_and_its_environment_variable():
         env={**os.environ, "COLUMNS": "1000"},
     ).stdout
     help_text = " ".join(help_text.split())
-    for name, flag in [*((option.name, flag) for option, flag in flags()), *COMMAND_LINE_FLAGS.items()]:
+    every = [*((option.name, flag) for option, flag in flags()), *COMMAND_LINE_FLAGS.items(), *LIMIT_FLAGS.items()]
+    for name, flag in every:
         assert "--" + name.replace("_", "-") in help_text
         assert flag.help in help_text, name
         if flag.env:
@@ -96,3 +97,36 @@ def test_the_option_table_in_the_docs_has_a_row_per_field_with_its_flag_and_vari
     for option, flag in flags():
         assert "``--" + option.name.replace("_", "-") in rows[option.name], option.name
         assert flag.env is None or f"``{flag.env}``" in rows[option.name], option.name
+
+
+def test_every_limit_is_a_flag_and_an_environment_variable_over_the_apps_limits(monkeypatch):
+    # Issue 34, point 2: Limits were settable only in code.
+    assert set(LIMIT_FLAGS) == {option.name for option in dataclasses.fields(Limits)}
+    monkeypatch.setenv("AIOREST_BODY_TIMEOUT", "5")
+    config = config_from(_parser().parse_args(["run", "x:y", "--max-body-size", "2048"]))
+    assert config.limit_overrides == {"body_timeout": 5.0, "max_body_size": 2048}
+    app = App(limits=Limits(max_headers=7, body_timeout=30))
+    limits = Server(app, config).limits
+    assert (limits.max_headers, limits.body_timeout, limits.max_body_size) == (7, 5.0, 2048)
+    monkeypatch.delenv("AIOREST_BODY_TIMEOUT")
+    assert config_from(_parser().parse_args(["run", "x:y"])).limit_overrides is None
+
+
+def test_a_limit_out_of_range_is_refused_with_a_message(capsys):
+    with pytest.raises(SystemExit, match="max_body_memory"):
+        config_from(_parser().parse_args(["run", "x:y", "--max-body-size", str(128 * 1024 * 1024)]))
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["run", "x:y", "--max-headers", "0"])
+    assert "--max-headers: must be at least 1, got 0" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="no such limit"):
+        ServerConfig(limit_overrides={"max_bodies": 1})
+
+
+@pytest.mark.parametrize("given", [["--port", "9000"], ["--host", "0.0.0.0"]])
+def test_host_or_port_with_unix_is_refused(given):
+    # Issue 34, point 11: --port with --unix was silently ignored.
+    with pytest.raises(SystemExit, match="--unix serves on a unix socket"):
+        config_from(_parser().parse_args(["run", "x:y", "--unix", "/tmp/a.sock", *given]))
+    config = config_from(_parser().parse_args(["run", "x:y", "--unix", "/tmp/a.sock"]))
+    assert config.unix == "/tmp/a.sock" and (config.host, config.port) == ("127.0.0.1", 8080)
+    assert config_from(_parser().parse_args(["run", "x:y", *given])).unix is None

@@ -324,12 +324,135 @@ def test_a_body_too_slow_fails_with_408_and_stops_reading():
     conn, clock = connection(body_timeout=5)
     conn.receive_data(b"POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n")
     [request] = conn.queue
-    conn.body_wait()  # a handler waits for it
     assert conn.check_deadline(106) is None
     with pytest.raises(HTTPError) as failed:
         body(request)
     assert failed.value.status == 408
     assert conn.recv_state is STOPPED and not request.keep_alive
+
+
+def test_a_body_trickling_a_byte_at_a_time_misses_its_total_deadline():
+    # Issue 34, point 2: body_timeout restarted with every byte, so one byte every 59 s kept a body alive.
+    conn, clock = connection(body_timeout=5, body_min_rate=1000)
+    conn.receive_data(b"POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 100\r\n\r\n")
+    [request] = conn.queue
+    for second in range(1, 6):
+        clock.now = 100.0 + second
+        conn.receive_data(b"x")
+        assert conn.check_deadline(clock.now) is None
+    # 5 s from the head's end, plus 5 bytes / 1000 B/s: late at 105.005
+    assert conn.check_deadline(105.5) is None
+    with pytest.raises(HTTPError) as failed:
+        body(request)
+    assert failed.value.status == 408
+    assert conn.recv_state is STOPPED and not conn.want_read
+
+
+def test_bytes_received_earn_a_body_more_time_at_the_minimum_rate():
+    conn, clock = connection(body_timeout=2, body_min_rate=100, body_buffer=10_000)
+    conn.receive_data(b"POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 2000\r\n\r\n")
+    [request] = conn.queue
+    conn.receive_data(b"x" * 1000)  # 10 s more: due at 112
+    assert conn.check_deadline(111.9) is None and conn.recv_state is BODY
+    assert conn.check_deadline(112.1) is None and conn.recv_state is STOPPED
+
+
+def test_a_body_late_after_its_answer_closes_the_connection():
+    conn, clock = connection(body_timeout=5)
+    conn.receive_data(b"POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 100\r\n\r\nabc")
+    [request] = conn.queue
+    assert conn.finish(request)  # answered without reading: the rest is discarded as it comes
+    assert conn.check_deadline(106) == CLOSE
+
+
+def test_time_the_server_stops_reading_does_not_count_against_a_body():
+    conn, clock = connection(body_timeout=5, body_buffer=10, max_body_size=1000)
+    conn.receive_data(b"POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 100\r\n\r\n")
+    [request] = conn.queue
+    conn.receive_data(b"x" * 20)  # past body_buffer: the server stops reading, the deadline stands still
+    assert not conn.want_read
+    clock.now = 200.0
+    assert conn.check_deadline(200.0) is None and conn.recv_state is BODY
+    conn.body_consumed(20)  # the handler reads; 100 s were the server's
+    assert conn.want_read
+    assert conn.check_deadline(204.0) is None and conn.recv_state is BODY
+    assert conn.check_deadline(206.0) is None and conn.recv_state is STOPPED
+
+
+def test_bodies_held_by_all_connections_are_bounded_together():
+    # Issue 34, point 2: 200 stalled bodies of 250 KiB held 50 MiB; body_buffer bounded each, not all.
+    from aiorest.server._h1.body import BodyMemory
+
+    memory = BodyMemory(1000)
+    limits = Limits(body_buffer=600, max_body_size=1000, max_body_memory=1000)
+    clock = SimpleNamespace(now=100.0)
+    first = H1Connection(APP, limits, clock, None, memory)
+    second = H1Connection(APP, limits, clock, None, memory)
+    head = b"POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 900\r\n\r\n"
+    first.receive_data(head + b"x" * 600)
+    second.receive_data(head + b"y" * 300)
+    assert memory.used == 900
+    second.receive_data(b"y" * 200)  # 1100 in all: this body is refused
+    with pytest.raises(HTTPServiceUnavailable):
+        body(second.queue[0])
+    assert second.recv_state is STOPPED and not second.queue[0].keep_alive
+    second.connection_lost(answering=False)  # its bytes go back
+    assert memory.used == 600
+    first.receive_data(b"x" * 300)
+    assert body(first.queue[0]) == b"x" * 900
+    first.body_consumed(900)  # what the protocol tells it when a handler reads
+    assert memory.used == 0
+
+
+def test_the_admission_gate_buffers_a_body_past_body_buffer():
+    conn, clock = connection(body_buffer=100, max_body_size=1000)
+    conn.receive_data(b"POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 500\r\n\r\n" + b"x" * 200)
+    assert not conn.want_read  # past body_buffer
+    conn.buffer_whole_body()
+    assert conn.want_read
+    conn.receive_data(b"x" * 300)
+    assert body(conn.queue[0]) == b"x" * 500
+
+
+def chunked(*chunks: bytes) -> bytes:
+    return b"".join(chunks) + b"0\r\n\r\n"
+
+
+def test_chunk_extensions_are_bounded():
+    # Issue 34, point 3 (the class of Node.js's CVE-2024-22019): a 1 MiB extension was served.
+    conn, _ = connection(max_body_size=10 * 1024 * 1024, max_body_memory=10 * 1024 * 1024)
+    conn.receive_data(b"POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n")
+    [request] = conn.queue
+    conn.receive_data(b"1;ext=" + b"e" * (1024 * 1024) + b"\r\nx\r\n" + chunked())
+    with pytest.raises(HTTPError) as failed:
+        body(request)
+    assert failed.value.status == 413 and "extensions" in str(failed.value)
+    assert conn.recv_state is STOPPED
+
+
+def test_chunk_framing_counts_against_the_body_limit():
+    # 5,000 chunks with 4 KiB extensions each: 20 MB on the wire for 5 KB of data.
+    conn, _ = connection(max_body_size=64 * 1024)
+    conn.receive_data(b"POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n")
+    [request] = conn.queue
+    one = b"1;e=" + b"v" * 4096 + b"\r\nx\r\n"
+    for _ in range(5000):
+        conn.receive_data(one)
+        if conn.stopped:
+            break
+    with pytest.raises(HTTPError) as failed:
+        body(request)
+    assert failed.value.status == 413
+
+
+def test_small_chunks_with_short_extensions_are_served():
+    conn, _ = connection()
+    conn.receive_data(b"POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n")
+    [request] = conn.queue
+    for _ in range(2000):
+        conn.receive_data(b"1;name=value\r\nx\r\n")
+    conn.receive_data(chunked())
+    assert body(request) == b"x" * 2000
 
 
 def test_shutdown_closes_an_idle_connection_now_and_a_busy_one_after_its_answer():

@@ -20,6 +20,7 @@ from ...http import exceptions as errors
 from ...http.exceptions import HTTPError
 from ...http.limits import Limits
 from ...http.request import AppInterface, BodySource, Request
+from .body import BodyIntake, BodyMemory
 from .heads import (
     NO_FRAMING,
     Framing,
@@ -57,11 +58,9 @@ class H1Connection:
 
     # Slots: over 30 attributes leave CPython 3.11's shared-key dicts (a dict lookup per attribute read).
     __slots__ = tuple(
-        "_app _limits _clock _body_source _parser recv_state send_state want_read queue head_errors _receiving "
-        "_body_received "
-        "_buffered_body _refusal _url _raw_headers _head_bytes _header_bytes _in_head _has_host _checked_host _framing "
-        "_max_request_line _max_headers _max_header_size _max_pipeline _head_since _idle_since _body_since _ready "
-        "_unparsed".split()
+        "_app _limits _clock _body_source _parser recv_state send_state want_read queue head_errors _body "
+        "_refusal _url _raw_headers _head_bytes _header_bytes _in_head _has_host _checked_host _framing "
+        "_max_request_line _max_headers _max_header_size _max_pipeline _head_since _idle_since _ready _unparsed".split()
     )
 
     def __init__(
@@ -70,6 +69,7 @@ class H1Connection:
         limits: Limits,
         clock: Clock,
         body_source: BodySource | None = None,
+        body_memory: BodyMemory | None = None,
     ) -> None:
         self._app = app
         self._limits = limits
@@ -85,9 +85,7 @@ class H1Connection:
         self.queue: deque[Request] = deque()
         # the queued requests whose head cannot be served: the error to answer instead of running a handler
         self.head_errors: dict[Request, HTTPError] = {}
-        self._receiving: Request | None = None  # the request whose body is arriving
-        self._body_received = 0
-        self._buffered_body = 0  # body bytes received and not yet taken by a handler
+        self._body = BodyIntake(limits, clock, body_memory)  # the body arriving: its deadline, the bytes it holds
         self._refusal: HTTPError | None = None
         # the head being parsed
         self._url = b""
@@ -103,10 +101,9 @@ class H1Connection:
         self._max_headers = limits.max_headers
         self._max_header_size = limits.max_header_size
         self._max_pipeline = limits.max_pipeline
-        # deadlines: when the head began, the connection went idle, a body wait began
+        # deadlines: when the head began, the connection went idle (the body's: BodyIntake)
         self._head_since = clock.now
         self._idle_since = clock.now
-        self._body_since = 0.0
 
     def on_ready(self, ready: Callable[[], None]) -> None:
         """Call ``ready`` after each read is parsed: the owner's cue to act on ``queue`` and ``want_read``."""
@@ -125,9 +122,9 @@ class H1Connection:
             return
         if self._in_head:
             self._head_bytes += size
-        elif self._receiving is not None:
-            if self._body_since:  # a handler waits for these body bytes
-                self._body_since = self._clock.now
+        elif self._body.receiving is not None:
+            self._receive_body(data, size)
+            return
         else:
             # Between requests: these bytes begin the next head (its clock starts here, not in an on_message_begin
             # callback, a call a request), or go on with one begun in the read that ended the previous request
@@ -144,6 +141,20 @@ class H1Connection:
             self._parse_error(exc)
         if self._in_head and self._head_bytes > self._max_header_size and self.recv_state is not STOPPED:
             self._abort_parsing(errors.HTTPRequestHeaderFieldsTooLarge("request head too large"))
+        self._ready()
+
+    def _receive_body(self, data: bytes | memoryview, size: int) -> None:
+        """A read that begins inside a body; if it ends there too, its bytes beside the data are counted."""
+        body = self._body
+        receiving, received = body.receiving, body.received
+        try:
+            self._parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self._parse_error(exc)
+        if body.receiving is receiving and receiving is not None and not self.stopped:
+            error = body.count_wire(size, body.received - received)
+            if error is not None:
+                self._abort_parsing(error)
         self._ready()
 
     def _receive_slices(self, data: memoryview) -> None:
@@ -168,9 +179,7 @@ class H1Connection:
     def receive_eof(self) -> None:
         """The client half-closed: the body being received ends short; answer what was received, then close."""
         self._close_after_queue()
-        receiving = self._receiving
-        if receiving is not None:
-            receiving.end_body(errors.ClientDisconnected("the client closed its side before the body ended"))
+        self._body.complete(errors.ClientDisconnected("the client closed its side before the body ended"))
 
     def connection_lost(self, answering: bool) -> None:
         """The transport is gone: bodies end with ClientDisconnected; nothing more is answered.
@@ -180,6 +189,7 @@ class H1Connection:
         self.recv_state = RECV[self.recv_state, "lost"]
         self.send_state = SEND[self.send_state, "lost"]
         self.want_read = False
+        self._body.lost()
         gone = errors.ClientDisconnected("the client closed the connection")
         for request in self.queue:
             request.protocol = None
@@ -229,12 +239,12 @@ class H1Connection:
         queue = self.queue
         queue.popleft()
         # Its body is buffered or still arriving (a superset: the bytes may be a later request's).
-        if self._buffered_body or request is self._receiving:
+        body = self._body
+        if body.buffered or request is body.receiving:
             self._drop_body(request)
         if not queue:  # else the next one is answered: (kept, then request) leaves the state as it is
             self.send_state = _ON_KEPT[self.send_state]
         self._idle_since = self._clock.now
-        self._body_since = 0.0
         if not self.want_read:
             self._update_want_read()
         return self.want_read
@@ -246,13 +256,15 @@ class H1Connection:
 
     def body_consumed(self, size: int) -> None:
         """A handler took ``size`` body bytes out of the buffer (``want_read`` may become True)."""
-        self._buffered_body -= size
+        self._body.release(size)
         if not self.want_read:
             self._update_want_read()
 
-    def body_wait(self) -> None:
-        """A handler waits for body bytes: the body deadline runs."""
-        self._body_since = self._clock.now
+    def buffer_whole_body(self) -> None:
+        """Buffer the body arriving whole (up to ``max_body_size``): the admission gate waits for it."""
+        self._body.whole()
+        if not self.want_read:
+            self._update_want_read()
 
     def check_deadline(self, now: float) -> str | Timeout | None:
         """Called once a second: None, CLOSE, or a Timeout to answer before closing."""
@@ -271,13 +283,13 @@ class H1Connection:
                     return CLOSE
             elif now - self._idle_since > limits.keepalive_timeout:
                 return CLOSE
-        elif self._body_since and self.want_read and now - self._body_since > limits.body_timeout:
-            self._body_since = 0.0
-            receiving = self._receiving
-            if receiving is not None:
-                receiving.end_body(errors.HTTPRequestTimeout("request body not received in time"))
-                receiving.keep_alive = False
+        if self._body.deadline and self.want_read and now > self._body.deadline:
+            # The body arriving is late: a handler that may read it gets 408; past its answer, close.
+            late = self._body.complete(errors.HTTPRequestTimeout("request body not received in time"))
             self._stop_parsing()
+            if late is None or not self.queue or self.queue[-1] is not late:
+                return CLOSE
+            late.keep_alive = False
         return None
 
     def shutdown(self, close_idle: bool = True) -> bool:
@@ -311,11 +323,10 @@ class H1Connection:
             state is not STOPPED
             and state is not CLOSED
             and len(self.queue) < self._max_pipeline
-            and self._buffered_body <= self._limits.body_buffer
+            and self._body.buffered <= self._body.buffer_limit
         ):
             self.want_read = True
-            if self._body_since:  # the body's clock stood still while the server did not read
-                self._body_since = self._clock.now
+            self._body.resumed()
 
     def _clear_queue(self) -> None:
         self.queue.clear()
@@ -323,7 +334,7 @@ class H1Connection:
 
     def _drop_body(self, request: Request) -> None:
         """The request is answered: free its buffered body, discard what is still to come."""
-        self._buffered_body -= request.drop_body()
+        self._body.release(request.drop_body())
 
     # -- llhttp's callbacks ------------------------------------------------------------
 
@@ -414,7 +425,6 @@ class H1Connection:
 
     def _head_complete(self, parser: httptools.HttpRequestParser, target: bytes) -> None:
         """on_headers_complete for every other request (all those with a body among them)."""
-        self._body_received = 0
         method = parser.get_method()
         request, error, stop = general_request(
             parser,
@@ -432,35 +442,27 @@ class H1Connection:
         if error is not None:
             self.head_errors[request] = error
         self.send_state = _ON_REQUEST[self.send_state]
-        self._receiving = request
+        self._body.begin(request, self._framing is not None and self._framing.transfer_encoding is not None)
         self.recv_state = RECV[self.recv_state, "body"]  # on_message_complete may follow at once: HEAD again
         if stop:
             raise StopParsing
         if len(self.queue) >= self._max_pipeline:
             self.want_read = False
+            self._body.paused()
 
     def on_body(self, body: bytes) -> None:
-        request = self._receiving
-        assert request is not None
-        self._body_received += len(body)
-        if self._body_received > self._limits.max_body_size:
-            request.end_body(
-                errors.HTTPPayloadTooLarge(f"request body exceeds the limit of {self._limits.max_body_size} bytes")
-            )
-            request.keep_alive = False
-            raise StopParsing
-        self._buffered_body += request.feed_body(body)
-        if self._buffered_body > self._limits.body_buffer:
+        if self._body.feed(body):  # the buffer is full: read no more until a handler takes some
             self.want_read = False
+            self._body.paused()
+
+    def on_chunk_header(self) -> None:
+        self._body.chunks += 1
 
     def on_message_complete(self) -> None:
-        request = self._receiving
-        if request is None:
-            return  # a request without a body, completed by on_headers_complete
-        request.end_body()
-        self._receiving = None
-        self._body_since = 0.0
-        self.recv_state = RECV[self.recv_state, "complete"]
+        body = self._body
+        if body.receiving is not None:  # else a request without a body, completed by on_headers_complete
+            body.complete()
+            self.recv_state = RECV[self.recv_state, "complete"]
 
     # -- broken bytes --------------------------------------------------------------------
 
@@ -483,11 +485,8 @@ class H1Connection:
     def _abort_parsing(self, error: HTTPError, method_known: bool = True) -> None:
         """The bytes on the wire are broken: answer ``error`` after what is queued, then close."""
         self._stop_parsing()
-        receiving = self._receiving
-        if receiving is not None:
+        if self._body.complete(error) is not None:
             # A handler reading this body gets the error; one that answered already: the connection closes.
-            receiving.end_body(error)
-            self._receiving = None
             return
         method = "HEAD" if self._is_head(method_known) else "GET"
         request = broken_request(method, self._app, self._body_source)
