@@ -75,14 +75,16 @@ def free_port() -> int:
 class ServerProcess:
     """``command`` with ``{port}`` filled in, pinned to ``cpu``; ``stop`` releases everything."""
 
-    def __init__(self, name: str, command: list[str], env: dict[str, str], cpu: int | None = 0) -> None:
+    def __init__(
+        self, name: str, command: list[str], env: dict[str, str], cpu: int | None = 0, cwd: Path = ROOT
+    ) -> None:
         self.name = name
         self.port = free_port()
         command = [part.replace("{port}", str(self.port)) for part in command]
         if cpu is not None and shutil.which("taskset"):
             command = ["taskset", "-c", str(cpu), *command]
         self._log = tempfile.TemporaryFile(mode="w+")
-        self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT)
 
     @property
     def url(self) -> str:

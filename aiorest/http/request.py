@@ -295,10 +295,15 @@ class Request:
             yield chunk
 
     async def read(self) -> bytes:
-        """The whole body (kept, so it can be read again)."""
+        """The whole body (kept, so it can be read again).
+
+        The body is gathered in the server's buffer first (:meth:`buffer_body`), where
+        ``Limits.max_body_memory`` bounds what all the requests hold while their clients send.
+        """
         if self._body is None:
             if self._body_taken:
                 raise RuntimeError("the request body was already streamed")
+            await self.buffer_body()
             self._body_taken = True
             parts = []
             while True:

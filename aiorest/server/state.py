@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from email.utils import formatdate
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._support.memory import give_back
 from ..http.datastructures import check_header_value
 from ._h1.body import BodyMemory
 
@@ -16,6 +17,9 @@ if TYPE_CHECKING:
     from ..ops.accesslog import AccessLog
 
 __all__ = ["ServerState", "Connection"]
+
+# Body bytes freed since the most held, past which the tick gives the heap's free pages back (a few ms).
+_GIVE_BACK_AFTER = 8 * 1024 * 1024
 
 
 class Connection(Protocol):
@@ -90,5 +94,9 @@ class ServerState:
         self.refresh()
         for connection in list(self.connections):
             connection.check_deadline(self.now)
+        memory = self._body_memory
+        if memory is not None and memory.peak - memory.used > _GIVE_BACK_AFTER:
+            memory.peak = memory.used
+            give_back()
         # Tick just after the wall clock's next second, so the Date is never stale.
         self._timer = self._loop.call_at(self.now + 1.001 - time.time() % 1.0, self._tick)

@@ -30,11 +30,12 @@ class BodyMemory:
     bodies holds at most ``limit`` bytes in all, not ``body_buffer`` times the connections.
     """
 
-    __slots__ = ("used", "limit")
+    __slots__ = ("used", "limit", "peak")
 
     def __init__(self, limit: int) -> None:
         self.used = 0
         self.limit = limit
+        self.peak = 0  # the most held since the server last gave memory back (ServerState)
 
 
 class BodyIntake:
@@ -100,6 +101,8 @@ class BodyIntake:
             self.buffered += buffered
             memory = self._memory
             memory.used += buffered
+            if memory.used > memory.peak:
+                memory.peak = memory.used
             if memory.used > memory.limit:
                 message = f"the server holds {memory.limit} bytes of request bodies already; try again"
                 self._fail(request, errors.HTTPServiceUnavailable(message, retry_after=1))
