@@ -134,7 +134,7 @@ async def test_a_repeat_in_flight_gets_409_and_another_body_422(aiorest_client: 
     async with await first as response:
         assert response.status == 201
     async with client.post("/notes", json={"title": "b"}, headers=headers) as other_body:
-        assert other_body.status == 422 and "another request body" in await other_body.text()
+        assert other_body.status == 422 and "another request" in await other_body.text()
     assert notes.runs == 1
 
 
