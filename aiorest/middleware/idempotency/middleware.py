@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ...http.request import Request
     from ...routing.route import Handler, Middleware, Route
 
-__all__ = ["Idempotency", "KEPT_HEADERS", "REPLAYED_HEADER", "idempotency_exempt"]
+__all__ = ["Idempotency", "KEPT_HEADERS", "REPLAYED_HEADER", "SECRET_HEADERS", "idempotency_exempt"]
 
 #: The response headers kept with an answer and replayed: what describes the representation
 #: and the resource, as the handler made them. Never ``Set-Cookie``: an answer that sets a
