@@ -48,7 +48,7 @@ class Claim:
     """What :meth:`~aiorest.IdempotencyStore.begin` found.
 
     ``started``: the key is this request's; call :meth:`~aiorest.IdempotencyStore.finish`.
-    ``in_flight``: another request with the key runs (``fingerprint`` is its body's
+    ``in_flight``: another request with the key runs (``fingerprint`` is its
     when the store knows it). ``done``: ``stored`` is the answer to replay.
     """
 
@@ -59,7 +59,7 @@ class Claim:
 
 
 class IdempotencyStore:
-    """Keeps keys and answers. ``key`` is already scoped and hashed; ``fingerprint`` is the body's SHA-256.
+    """Keeps keys and answers. ``key`` is already scoped and hashed; ``fingerprint`` the request's (a SHA-256).
 
     Both methods raise :class:`~aiorest.HTTPServiceUnavailable` (503) when the store
     cannot answer: without the store nothing can tell a repeat from a first request.
