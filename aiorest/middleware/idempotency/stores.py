@@ -48,7 +48,7 @@ class Claim:
     """What :meth:`~aiorest.IdempotencyStore.begin` found.
 
     ``started``: the key is this request's; call :meth:`~aiorest.IdempotencyStore.finish`.
-    ``in_flight``: another request with the key runs (``fingerprint`` is its
+    ``in_flight``: another request with the key runs (``fingerprint`` is that request's
     when the store knows it). ``done``: ``stored`` is the answer to replay.
     """
 
