@@ -66,12 +66,16 @@ def create_app(database: Database | None = None) -> App:
     users.setup(app, limits)
     # The users and the notes know the caller: a session (kept in PostgreSQL or Redis) or a
     # bearer token. The TechEmpower routes stay outside, and pay for neither. A POST or PATCH
-    # with an Idempotency-Key runs once (docs/idempotency.rst): its writes and its kept answer
-    # commit in one transaction, so a client may retry a write that got 502 from a host that died.
+    # of a note with an Idempotency-Key runs once (docs/idempotency.rst): its writes and its
+    # kept answer commit in one transaction, so a client may retry a write that got 502 from a
+    # host that died. Only the notes are keyed: the users' routes hand out sessions and tokens,
+    # which no store may keep and no replay may hand out again.
     idempotency = Idempotency(PostgresIdempotencyStore(database), scope=user_scope)
-    accounts = Router(middleware=[SessionMiddleware(sessions), users.auth(database), idempotency])
+    accounts = Router(middleware=[SessionMiddleware(sessions), users.auth(database)])
     accounts.include(users.router)
-    accounts.include(notes_router)
+    keyed = Router(middleware=[idempotency])
+    keyed.include(notes_router)
+    accounts.include(keyed)
     app.include(accounts)
     app.include(techempower_router)
     app.add_openapi_routes()  # /openapi.json, /docs (Swagger UI), /redoc

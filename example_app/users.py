@@ -205,7 +205,8 @@ async def me(request: Request) -> User:
     return user
 
 
-@router.post("/tokens", status=201)
+# no-store, as OAuth's token answers (RFC 6749, 5.1): no cache, and no idempotency store, keeps a token.
+@router.post("/tokens", status=201, headers={"Cache-Control": "no-store"})
 @raises(HTTPUnauthorized, HTTPTooManyRequests, HTTPServiceUnavailable)
 async def create_token(request: Request, credentials: Credentials) -> Token:
     """A bearer token for an API client, valid 30 days; the same credentials and limits as ``/login``."""

@@ -6,8 +6,10 @@ Users, logins, tokens and who may see which note: tests/test_example_users.py.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import uuid
+import zlib
 
 import pytest
 
@@ -361,3 +363,41 @@ async def test_a_write_retried_with_its_idempotency_key_applies_once(client):
             assert (await response.json())["version"] == 2 and response.headers["ETag"] == '"2"'
     async with client.get(f"/notes/{note['id']}") as response:
         assert (await response.json())["version"] == 2
+
+
+async def test_a_keyed_compressed_write_replays_compressed_for_the_replaying_request(client):
+    title, key = unique("gz"), {"Idempotency-Key": str(uuid.uuid4())}
+    body = {"title": title, "body": "x" * 2048}
+    answers = []
+    for accept in ("gzip", "gzip", "identity", None):  # None: aiohttp's own default, gzip among others
+        headers = {**key, **({"Accept-Encoding": accept} if accept else {})}
+        async with client.post("/notes", json=body, headers=headers, auto_decompress=False) as response:
+            assert response.status == 201
+            raw = await response.read()
+            if accept == "identity":
+                assert "Content-Encoding" not in response.headers
+            else:
+                assert response.headers["Content-Encoding"] in ("gzip", "br", "deflate")
+                raw = decompressed(raw, response.headers["Content-Encoding"])
+            answers.append((json.loads(raw), response.headers.get("Idempotent-Replayed")))
+    assert [replayed for _, replayed in answers] == [None, "true", "true", "true"]
+    assert all(note == answers[0][0] for note, _ in answers) and answers[0][0]["body"] == "x" * 2048
+
+
+def decompressed(raw: bytes, coding: str) -> bytes:
+    if coding == "br":
+        import brotli
+
+        return bytes(brotli.decompress(raw))
+    return zlib.decompress(raw, 16 + zlib.MAX_WBITS if coding == "gzip" else zlib.MAX_WBITS)
+
+
+async def test_a_keyed_write_under_another_precondition_is_not_the_first(client):
+    note = await create(client)
+    key = {"Idempotency-Key": str(uuid.uuid4())}
+    async with client.patch(f"/notes/{note['id']}", json={"done": True}, headers={**key, "If-Match": '"1"'}) as first:
+        assert first.status == 200
+    async with client.patch(f"/notes/0{note['id']}", json={"done": True}, headers={**key, "If-Match": '"1"'}) as same:
+        assert same.status == 200 and same.headers["Idempotent-Replayed"] == "true"  # the one note
+    async with client.patch(f"/notes/{note['id']}", json={"done": True}, headers={**key, "If-Match": '"2"'}) as other:
+        assert other.status == 422  # not the 200 given to If-Match "1"

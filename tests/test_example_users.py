@@ -188,6 +188,25 @@ async def test_a_token_identifies_an_api_client_until_it_is_revoked(client, app)
         assert response.headers["WWW-Authenticate"] == f'{CHALLENGE}, error="invalid_token"'
 
 
+async def test_a_keyed_token_request_leaves_no_token_to_read_or_replay(client, app):
+    name = username()
+    await register(client, name)
+    await log_in_as(client, name)  # authenticated: a keyed write of this user would be deduplicated
+    key = {"Idempotency-Key": unique("k")}
+    async with client.post("/tokens", json={"username": name, "password": PASSWORD}, headers=key) as response:
+        assert response.status == 201 and response.headers["Cache-Control"] == "no-store"
+        token = (await response.json())["token"]
+    kept = await app.state.db.fetchval(
+        "SELECT count(*) FROM aiorest_idempotency WHERE position(%s::bytea in body) > 0", (token.encode(),)
+    )
+    assert kept == 0  # only the token's hash is stored, anywhere
+    async with client.delete("/tokens/current", headers=bearer(token)) as response:
+        assert response.status == 204
+    async with client.post("/tokens", json={"username": name, "password": PASSWORD}, headers=key) as again:
+        assert again.status == 201 and "Idempotent-Replayed" not in again.headers
+        assert (await again.json())["token"] != token  # never the revoked one again
+
+
 async def test_an_expired_token_is_refused(client, app):
     name = username()
     await register(client, name)

@@ -21,6 +21,7 @@ from ..routing.convertors import Convertor
 from ..routing.paths import PathTemplate, compile_path
 from ..routing.route import (
     PREFLIGHT_MIDDLEWARE,
+    ROUTE_BINDING,
     Handler,
     Middleware,
     Route,
@@ -238,7 +239,7 @@ class App(_RouteDecorators):
         for route in self.router.routes():
             if isinstance(route.call, TypedEndpoint):
                 route.call.raise_errors = answers_422  # else it returns its 422, which costs less
-            route.endpoint = self._wrap(self._chain(route.call, route.middleware), route.path, layers)
+            route.endpoint = self._wrap(self._chain(route.call, route.middleware, route), route.path, layers)
         self._static_endpoints = {
             path: {method: route.endpoint for method, route in methods.items()}
             for path, methods in self.router.static_routes().items()
@@ -320,12 +321,30 @@ class App(_RouteDecorators):
             endpoint = layer(endpoint, template)
         return endpoint
 
-    def _chain(self, handler: Handler, route_middleware: Sequence[Middleware] = ()) -> Handler:
-        """The app's middleware (outermost), then the route's, around ``handler``."""
-        if not self.middleware and not route_middleware:
+    def _chain(
+        self, handler: Handler, route_middleware: Sequence[Middleware] = (), route: Route | None = None
+    ) -> Handler:
+        """The app's middleware (outermost), then the route's, around ``handler``.
+
+        On a ``route``, a middleware with ``for_route`` (:data:`~aiorest.routing.ROUTE_BINDING`)
+        says what runs in its place and what next to the handler, inside all the others.
+        """
+        outer: list[Middleware] = []
+        inner: list[Middleware] = []
+        for middleware in (*self.middleware, *route_middleware):
+            bind = None if route is None else getattr(middleware, ROUTE_BINDING, None)
+            if bind is None:
+                outer.append(middleware)
+                continue
+            at_place, next_to_handler = bind(route)
+            if at_place is not None:
+                outer.append(at_place)
+            if next_to_handler is not None:
+                inner.append(next_to_handler)
+        if not outer and not inner:
             return handler
         endpoint: Handler = _Converting(handler)
-        for middleware in reversed((*self.middleware, *route_middleware)):
+        for middleware in reversed((*outer, *inner)):
             # The server drives endpoints with ``yield from``, which takes coroutines
             # only: a middleware that is a plain function returning an awaitable is awaited.
             endpoint = _Link(middleware, endpoint) if _is_async(middleware) else _AwaitingLink(middleware, endpoint)

@@ -4,6 +4,7 @@ from .route import (
     HANDLER_MIDDLEWARE,
     METHODS,
     PREFLIGHT_MIDDLEWARE,
+    ROUTE_BINDING,
     Handler,
     Middleware,
     NoMatchFound,
@@ -24,4 +25,5 @@ __all__ = [
     "METHODS",
     "HANDLER_MIDDLEWARE",
     "PREFLIGHT_MIDDLEWARE",
+    "ROUTE_BINDING",
 ]

@@ -1,7 +1,9 @@
 """What a handler says of itself, for documents such as OpenAPI.
 
-Decorators of the layers above (``login_required``, ``raises``) mark the handler
-here; the OpenAPI generator reads the marks. Nothing here runs per request.
+Decorators of the layers above (``login_required``, ``raises``,
+``idempotency_exempt``) mark the handler here; the OpenAPI generator and the
+middleware that bind themselves to routes at startup read the marks. Nothing
+here runs per request.
 """
 
 from __future__ import annotations
@@ -12,13 +14,22 @@ from typing import Any, TypeVar
 
 from ..http.exceptions import HTTPError
 
-__all__ = ["SECURED", "raises", "mark_secured", "is_secured", "raised"]
+__all__ = [
+    "SECURED",
+    "raises",
+    "mark_secured",
+    "is_secured",
+    "raised",
+    "mark_idempotency_exempt",
+    "is_idempotency_exempt",
+]
 
 #: The attribute under which :func:`~aiorest.auth.login_required` and
 #: :func:`~aiorest.auth.requires` mark a handler as needing credentials: its
 #: operation lists the security schemes of the ``Auth`` middleware around it.
 SECURED = "__aiorest_secured__"
 _RAISES = "__aiorest_raises__"
+_IDEMPOTENCY_EXEMPT = "__aiorest_idempotency_exempt__"
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -56,3 +67,13 @@ def mark_secured(handler: _F) -> _F:
 
 def is_secured(handler: object) -> bool:
     return bool(getattr(handler, SECURED, False))
+
+
+def mark_idempotency_exempt(handler: _F) -> _F:
+    """Mark ``handler``'s routes as never keyed by :class:`~aiorest.Idempotency` (``idempotency_exempt``)."""
+    setattr(handler, _IDEMPOTENCY_EXEMPT, True)
+    return handler
+
+
+def is_idempotency_exempt(handler: object) -> bool:
+    return bool(getattr(handler, _IDEMPOTENCY_EXEMPT, False))

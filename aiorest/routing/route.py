@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ..http.request import Request
     from ..http.response import Response
 
-__all__ = ["Route", "Router", "RouteOptions", "NoMatchFound", "Handler", "Middleware", "METHODS"]
+__all__ = ["Route", "Router", "RouteOptions", "NoMatchFound", "Handler", "Middleware", "METHODS", "ROUTE_BINDING"]
 
 Handler = Callable[["Request"], Awaitable[Any]]
 Middleware = Callable[["Request", Handler], Awaitable["Response"]]
@@ -23,6 +23,12 @@ HANDLER_MIDDLEWARE = "__aiorest_middleware__"
 #: A route's middleware with this attribute set (CORS) also runs around the App's
 #: automatic answer to OPTIONS on the route's path, so that it answers preflights.
 PREFLIGHT_MIDDLEWARE = "__aiorest_preflight__"
+#: A middleware with a method of this name is asked, once per route when the App chains it,
+#: what to run on that route: ``for_route(route)`` returns ``(outer, inner)``, the middleware
+#: for its own place in the chain and one for next to the handler, inside every other one
+#: (either None for nothing). Idempotency uses it: it keys only the routes it concerns, and
+#: keeps the handler's answer before the middleware inside it changed it (compressed it...).
+ROUTE_BINDING = "for_route"
 # What a route is given: the request, then any typed parameters (aiorest.typed).
 RouteHandler = Callable[..., Awaitable[Any]]
 _H = TypeVar("_H", bound=RouteHandler)

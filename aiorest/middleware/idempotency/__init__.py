@@ -1,6 +1,6 @@
 """Idempotency keys (:mod:`.middleware`) and where they are kept (:mod:`.stores`)."""
 
-from .middleware import KEPT_HEADERS, REPLAYED_HEADER, Idempotency
+from .middleware import KEPT_HEADERS, REPLAYED_HEADER, SECRET_HEADERS, Idempotency, idempotency_exempt
 from .stores import (
     Claim,
     IdempotencyStore,
@@ -13,6 +13,7 @@ from .stores import (
 __all__ = [
     "KEPT_HEADERS",
     "REPLAYED_HEADER",
+    "SECRET_HEADERS",
     "Claim",
     "Idempotency",
     "IdempotencyStore",
@@ -20,4 +21,5 @@ __all__ = [
     "PostgresIdempotencyStore",
     "RedisIdempotencyStore",
     "Stored",
+    "idempotency_exempt",
 ]

@@ -48,7 +48,7 @@ class Claim:
     """What :meth:`~aiorest.IdempotencyStore.begin` found.
 
     ``started``: the key is this request's; call :meth:`~aiorest.IdempotencyStore.finish`.
-    ``in_flight``: another request with the key runs (``fingerprint`` is its body's
+    ``in_flight``: another request with the key runs (``fingerprint`` is that request's
     when the store knows it). ``done``: ``stored`` is the answer to replay.
     """
 
@@ -59,7 +59,7 @@ class Claim:
 
 
 class IdempotencyStore:
-    """Keeps keys and answers. ``key`` is already scoped and hashed; ``fingerprint`` is the body's SHA-256.
+    """Keeps keys and answers. ``key`` is already scoped and hashed; ``fingerprint`` the request's (a SHA-256).
 
     Both methods raise :class:`~aiorest.HTTPServiceUnavailable` (503) when the store
     cannot answer: without the store nothing can tell a repeat from a first request.
@@ -75,6 +75,14 @@ class IdempotencyStore:
     async def finish(self, key: str, claim: Claim, stored: Stored | None, ttl: float) -> None:
         """Keep ``stored`` for ``ttl`` seconds, or with None let the key go (the request failed)."""
         raise NotImplementedError
+
+    async def release(self, key: str, claim: Claim) -> None:
+        """Let ``key`` go after a request that succeeded but whose answer may not be kept.
+
+        Its writes stand (PostgreSQL commits them); the key is free, and a retry runs again.
+        Here, as :meth:`finish` with None: the stores that cannot roll back have nothing to commit.
+        """
+        await self.finish(key, claim, None, 0.0)
 
     async def close(self) -> None:
         """Release what the store holds (``app.on_shutdown``)."""
@@ -204,7 +212,17 @@ _LOCK_SQL = (
     " AND pg_try_advisory_xact_lock(%s, %s)"
 )
 _FIND_SQL = "SELECT fingerprint, status, headers, body FROM aiorest_idempotency WHERE key = %s AND expires_at > now()"
-_KEEP_SQL = """
+# Each kept answer also deletes up to this many expired ones, in its own statement: keys are
+# swept as fast as they are kept, so at any steady rate as fast as they expire (twice over,
+# to catch up after a burst). SKIP LOCKED: two requests never wait on each other's sweep.
+_SWEPT_PER_KEPT = 2
+_KEEP_SQL = f"""
+WITH swept AS (
+    DELETE FROM aiorest_idempotency WHERE key IN (
+        SELECT key FROM aiorest_idempotency WHERE expires_at <= now() AND key <> %s
+        LIMIT {_SWEPT_PER_KEPT} FOR UPDATE SKIP LOCKED
+    )
+)
 INSERT INTO aiorest_idempotency (key, fingerprint, status, headers, body, expires_at)
 VALUES (%s, %s, %s, %s, %s, now() + make_interval(secs => %s))
 ON CONFLICT (key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,
@@ -227,9 +245,11 @@ class PostgresIdempotencyStore(IdempotencyStore):
     the task), so its writes and the key's answer, written by ``finish``, commit
     together or not at all. A crash before the commit leaves neither: a retry runs
     the handler again, on a database that never saw the first. Nothing is ever
-    left in flight, and ``lease`` does not apply. Expired rows are deleted
-    ``sweep_batch`` at a time, at most every ``sweep_every`` seconds per process, after a
-    commit; a sweep that fails is logged, and the answer committed before it stands.
+    left in flight, and ``lease`` does not apply. Each answer kept deletes two expired
+    rows in the same statement, so keys are swept as fast as they are kept (and so as
+    they expire); besides, ``sweep_batch`` expired rows are deleted at most every
+    ``sweep_every`` seconds per process, after a commit, for the keys left when writes
+    slow down. That sweep failing is logged, and the answer committed before it stands.
 
     A transaction whose client falls silent — its host cut off from the database —
     would keep its lock, its row locks and, behind PgBouncer in transaction mode, a
@@ -290,7 +310,7 @@ class PostgresIdempotencyStore(IdempotencyStore):
         try:
             await tx.execute(
                 _KEEP_SQL,
-                (key, stored.fingerprint, stored.status, json.dumps(stored.headers), stored.body, ttl),
+                (key, key, stored.fingerprint, stored.status, json.dumps(stored.headers), stored.body, ttl),
             )
         except BaseException as exc:
             await opened.__aexit__(type(exc), exc, exc.__traceback__)
@@ -298,3 +318,7 @@ class PostgresIdempotencyStore(IdempotencyStore):
         await opened.__aexit__(None, None, None)
         # After the commit: the answer is kept whatever becomes of the sweep.
         await self._sweep(lambda: self.database.execute(_SWEEP_SQL, (self.sweep_batch,)))
+
+    async def release(self, key: str, claim: Claim) -> None:
+        opened, _ = claim.token
+        await opened.__aexit__(None, None, None)  # the handler's writes commit; no answer is kept
