@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,7 +67,9 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(numbers) if numbers else math.nan
 
 
-def bar_chart(path: Path, title: str, groups: list[str], series: dict[str, list[Summary]], ylabel: str) -> bool:
+def bar_chart(
+    path: Path, title: str, groups: list[str], series: dict[str, list[Summary]], ylabel: str, xlabel: str | None = None
+) -> bool:
     """Grouped bars with 95% CI error bars; False when matplotlib is missing."""
     try:
         import matplotlib
@@ -84,6 +86,8 @@ def bar_chart(path: Path, title: str, groups: list[str], series: dict[str, list[
         errors = [s.half_width for s in summaries]
         ax.bar(xs, means, width, yerr=errors, capsize=3, label=name)
     ax.set_xticks(range(len(groups)), groups, rotation=20, ha="right")
+    if xlabel:
+        ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend()
@@ -95,22 +99,47 @@ def bar_chart(path: Path, title: str, groups: list[str], series: dict[str, list[
 
 
 def line_chart(
-    path: Path, title: str, xs: list[float], series: dict[str, list[Summary]], xlabel: str, ylabel: str, log_x: bool
+    path: Path,
+    title: str,
+    xs: list[float],
+    series: dict[str, list[Summary]],
+    xlabel: str,
+    ylabel: str,
+    log_x: bool,
+    point_label: Callable[[float], str] | None = None,
 ) -> bool:
-    """One line per series with 95% CI bands; False when matplotlib is missing."""
+    """One line per series, with 95% CI error bars where its rounds give a spread; False when matplotlib is missing.
+
+    A series of single figures (a median over the rounds) is drawn without
+    error bars, so that its legend does not show bars that are not there.
+    ``point_label`` writes each point's value beside it (a latency in µs or ms).
+    """
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import NullLocator
     except ImportError:
         return False
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, summaries in series.items():
         means = [s.mean for s in summaries]
-        ax.errorbar(xs, means, yerr=[s.half_width for s in summaries], marker="o", capsize=3, label=name)
-    if log_x:
+        if any(s.n > 1 for s in summaries):
+            ax.errorbar(xs, means, yerr=[s.half_width for s in summaries], marker="o", capsize=3, label=name)
+        else:
+            ax.plot(xs, means, marker="o", label=name)
+        if point_label is not None:
+            for x, mean in zip(xs, means, strict=True):
+                if not math.isnan(mean):
+                    ax.annotate(point_label(mean), (x, mean), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    if log_x:  # ticks at the levels measured (10, 100, 1000), not at 2×10¹, 3×10¹…
         ax.set_xscale("log")
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax.xaxis.set_minor_locator(NullLocator())
+    lows = [s.ci_low for summaries in series.values() for s in summaries if not math.isnan(s.ci_low)]
+    if lows and min(lows) >= 0:  # a count, a rate or a time: its axis starts at 0, not below
+        ax.set_ylim(bottom=0)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
