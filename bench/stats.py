@@ -106,20 +106,22 @@ def line_chart(
     xlabel: str,
     ylabel: str,
     log_x: bool,
-    point_label: Callable[[float], str] | None = None,
+    y_format: Callable[[float], str] | None = None,
+    log_y: bool = False,
 ) -> bool:
     """One line per series, with 95% CI error bars where its rounds give a spread; False when matplotlib is missing.
 
     A series of single figures (a median over the rounds) is drawn without
     error bars, so that its legend does not show bars that are not there.
-    ``point_label`` writes each point's value beside it (a latency in µs or ms).
+    ``y_format`` writes the y axis' values (a latency in µs or ms, its unit on
+    each tick); ``log_y`` spreads values of several orders of magnitude.
     """
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.ticker import NullLocator
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
     except ImportError:
         return False
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -129,17 +131,19 @@ def line_chart(
             ax.errorbar(xs, means, yerr=[s.half_width for s in summaries], marker="o", capsize=3, label=name)
         else:
             ax.plot(xs, means, marker="o", label=name)
-        if point_label is not None:
-            for x, mean in zip(xs, means, strict=True):
-                if not math.isnan(mean):
-                    ax.annotate(point_label(mean), (x, mean), textcoords="offset points", xytext=(4, 4), fontsize=8)
     if log_x:  # ticks at the levels measured (10, 100, 1000), not at 2×10¹, 3×10¹…
         ax.set_xscale("log")
         ax.set_xticks(xs, [f"{x:g}" for x in xs])
         ax.xaxis.set_minor_locator(NullLocator())
     lows = [s.ci_low for summaries in series.values() for s in summaries if not math.isnan(s.ci_low)]
-    if lows and min(lows) >= 0:  # a count, a rate or a time: its axis starts at 0, not below
+    if log_y:  # ticks at 1, 2 and 5 of each decade: a decade alone leaves two or three
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    elif lows and min(lows) >= 0:  # a count, a rate or a time: its axis starts at 0, not below
         ax.set_ylim(bottom=0)
+    if y_format is not None:
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: y_format(value)))
+        ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

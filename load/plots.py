@@ -97,10 +97,14 @@ def plot(summary: dict, out: Path, tool: str) -> list[str]:
             result[target] = values
         return result
 
-    # a latency axis in µs when every value is under a millisecond, in ms otherwise
-    p99s = [cell["p99_ms"] for row in summary["cells"].values() for key, cell in row.items() if "/" not in key]
-    in_us = bool(p99s) and max((v for v in p99s if not math.isnan(v)), default=1.0) < 1
-    resolution = LOCUST_RESOLUTION_MS if tool == "locust" else 0.0
+    # a p99 axis on a log scale when the values span more than a factor of 10 (2 ms at 10 users, 3 s at 10,000)
+    p99s = [
+        cell["p99_ms"]
+        for row in summary["cells"].values()
+        for key, cell in row.items()
+        if "/" not in key and cell["p99_ms"] > 0
+    ]
+    log_p99 = bool(p99s) and max(p99s) > 10 * min(p99s)
     written = []
     xs = [float(x) for x in levels]
     if bar_chart(
@@ -113,24 +117,24 @@ def plot(summary: dict, out: Path, tool: str) -> list[str]:
     ):
         written.append("throughput_bars.png")
     figures = (
-        ("throughput", f"Throughput, mean and 95% CI of the rounds\n{what}", series("rps"), "requests/s", None),
+        ("throughput", f"Throughput, mean and 95% CI of the rounds\n{what}", series("rps"), "requests/s", {}),
         (
             "failures",
             f"Failed requests, all rounds together\n{what}",
             series("failure_rate", 100),
             "failed requests (% of requests)",
-            None,
+            {},
         ),
         (
             "p99",
             f"p99 latency, median of the rounds\n{what}",
-            series("p99_ms", 1000 if in_us else 1),
-            f"p99 latency ({'µs' if in_us else 'ms'})",
-            lambda value: latency(value / 1000 if in_us else value, resolution),
+            series("p99_ms"),
+            "p99 latency" + (" (log scale)" if log_p99 else ""),
+            {"y_format": lambda ms: latency(ms) if ms else "0", "log_y": log_p99},  # on each tick: µs or ms
         ),
     )
-    for name, title, values, label, point_label in figures:
-        if line_chart(out / f"{name}_vs_users.png", title, xs, values, unit, label, log_x=True, point_label=point_label):
+    for name, title, values, label, options in figures:
+        if line_chart(out / f"{name}_vs_users.png", title, xs, values, unit, label, log_x=True, **options):
             written.append(f"{name}_vs_users.png")
     return written
 
