@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,7 +67,9 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(numbers) if numbers else math.nan
 
 
-def bar_chart(path: Path, title: str, groups: list[str], series: dict[str, list[Summary]], ylabel: str) -> bool:
+def bar_chart(
+    path: Path, title: str, groups: list[str], series: dict[str, list[Summary]], ylabel: str, xlabel: str | None = None
+) -> bool:
     """Grouped bars with 95% CI error bars; False when matplotlib is missing."""
     try:
         import matplotlib
@@ -84,6 +86,8 @@ def bar_chart(path: Path, title: str, groups: list[str], series: dict[str, list[
         errors = [s.half_width for s in summaries]
         ax.bar(xs, means, width, yerr=errors, capsize=3, label=name)
     ax.set_xticks(range(len(groups)), groups, rotation=20, ha="right")
+    if xlabel:
+        ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend()
@@ -95,22 +99,51 @@ def bar_chart(path: Path, title: str, groups: list[str], series: dict[str, list[
 
 
 def line_chart(
-    path: Path, title: str, xs: list[float], series: dict[str, list[Summary]], xlabel: str, ylabel: str, log_x: bool
+    path: Path,
+    title: str,
+    xs: list[float],
+    series: dict[str, list[Summary]],
+    xlabel: str,
+    ylabel: str,
+    log_x: bool,
+    y_format: Callable[[float], str] | None = None,
+    log_y: bool = False,
 ) -> bool:
-    """One line per series with 95% CI bands; False when matplotlib is missing."""
+    """One line per series, with 95% CI error bars where its rounds give a spread; False when matplotlib is missing.
+
+    A series of single figures (a median over the rounds) is drawn without
+    error bars, so that its legend does not show bars that are not there.
+    ``y_format`` writes the y axis' values (a latency in µs or ms, its unit on
+    each tick); ``log_y`` spreads values of several orders of magnitude.
+    """
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
     except ImportError:
         return False
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, summaries in series.items():
         means = [s.mean for s in summaries]
-        ax.errorbar(xs, means, yerr=[s.half_width for s in summaries], marker="o", capsize=3, label=name)
-    if log_x:
+        if any(s.n > 1 for s in summaries):
+            ax.errorbar(xs, means, yerr=[s.half_width for s in summaries], marker="o", capsize=3, label=name)
+        else:
+            ax.plot(xs, means, marker="o", label=name)
+    if log_x:  # ticks at the levels measured (10, 100, 1000), not at 2×10¹, 3×10¹…
         ax.set_xscale("log")
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax.xaxis.set_minor_locator(NullLocator())
+    lows = [s.ci_low for summaries in series.values() for s in summaries if not math.isnan(s.ci_low)]
+    if log_y:  # ticks at 1, 2 and 5 of each decade: a decade alone leaves two or three
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    elif lows and min(lows) >= 0:  # a count, a rate or a time: its axis starts at 0, not below
+        ax.set_ylim(bottom=0)
+    if y_format is not None:
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: y_format(value)))
+        ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

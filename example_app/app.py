@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import logging
 import os
+import re
 from pathlib import Path
 
 from aiorest import (
@@ -107,7 +108,7 @@ def index_page(app: App) -> bytes:
             shown = html.escape(path)
             if method == "get" and "{" not in path:
                 shown = f'<a href="{shown}">{shown}</a>'
-            summary = html.escape(operation.get("summary", ""))
+            summary = _html(operation.get("summary", ""))
             rows.append(f"<tr><td>{method.upper()}</td><td>{shown}</td><td>{summary}</td></tr>")
     return (
         f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{title}</title></head><body><h1>{title}</h1>"
@@ -115,6 +116,14 @@ def index_page(app: App) -> bytes:
         ' <a href="/openapi.json">/openapi.json</a> (the OpenAPI document)</p>'
         f"<table><tr><th>method</th><th>path</th><th>what</th></tr>{''.join(rows)}</table></body></html>"
     ).encode()
+
+
+def _html(text: str) -> str:
+    """A summary, plain text with Markdown code spans (`limit`: the OpenAPI document's), as HTML."""
+    return _CODE.sub(r"<code>\1</code>", html.escape(text, quote=False))
+
+
+_CODE = re.compile(r"`([^`]+)`")
 
 
 def session_store_from_env(database: Database) -> SessionStore:

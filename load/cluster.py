@@ -44,6 +44,7 @@ from load import cluster_sessions
 from load.cluster_hosts import APP_PORT, Cluster, ClusterConfig, missing_tools
 from load.cluster_runs import LocustRun, run_wrk
 from load.netns import unavailable_reason
+from load.plots import LOCUST_RESOLUTION_MS, latency
 from load.procs import AiorestProcess
 
 OUT = Path(__file__).resolve().parent / "results" / "cluster"
@@ -118,7 +119,7 @@ def load_scenario(cluster: Cluster, args: argparse.Namespace, out: Path) -> faul
             figures["socket_errors"] = sum(row["status"] == 0 for row in mine) - figures["timeouts"]
             figures["non_2xx"] = sum(row["status"] >= 300 for row in mine)
         raw.append(entry)
-        say(f"  {result.requests_per_sec:,.0f} req/s, {result.failures} failed, p99 {result.p99_ms:.0f} ms; "
+        say(f"  {result.requests_per_sec:,.0f} req/s, {result.failures} failed, p99 {latency(result.p99_ms, LOCUST_RESOLUTION_MS)}; "
             f"wrk /json {wrk_rps[-1] if wrk_rps else float('nan'):,.0f} req/s")  # fmt: skip
     (out / "load_raw.json").write_text(json.dumps(raw, indent=1))
     summary = compare.summarise_runs(raw, ["cluster"], [args.users])
@@ -136,7 +137,8 @@ def load_scenario(cluster: Cluster, args: argparse.Namespace, out: Path) -> faul
     rps = cell["rps"]
     reason = (
         f"{rps['mean']:,.0f} req/s (95% CI {rps['ci_low']:,.0f}-{rps['ci_high']:,.0f}, {args.rounds} rounds), "
-        f"p50 {cell['p50_ms']:.0f} ms, p99 {cell['p99_ms']:.0f} ms, {cell['failures']} failed; per host {per_host}"
+        f"p50 {latency(cell['p50_ms'], LOCUST_RESOLUTION_MS)}, p99 {latency(cell['p99_ms'], LOCUST_RESOLUTION_MS)}, "
+        f"{cell['failures']} failed; per host {per_host}"
     )
     return faults.Outcome("2 distributed load (locust master+2 workers, wrk)", verdict, reason,
                           {"summary": summary, "per_host": hosts, "wrk_rps": wrk_rps})  # fmt: skip
@@ -387,8 +389,8 @@ def run(args: argparse.Namespace) -> int:
                     figures = outcome.figures.get(window)
                     if figures:
                         print(f"     {window:6s} {figures['requests']:6d} requests, {figures['failed']} failed "
-                              f"{figures['by_kind'] or ''}, p50 {figures['p50_ms']:.0f} ms, "
-                              f"p99 {figures['p99_ms']:.0f} ms; {figures['retries']} sent again "
+                              f"{figures['by_kind'] or ''}, p50 {latency(figures['p50_ms'])}, "
+                              f"p99 {latency(figures['p99_ms'])}; {figures['retries']} sent again "
                               f"{figures['retries_by_request'] or ''}", flush=True)  # fmt: skip
                 if plot_timeline(outcome, out / f"timeline_{name}.png"):
                     say(f"  plot: {out / f'timeline_{name}.png'}")

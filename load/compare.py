@@ -20,10 +20,11 @@ from pathlib import Path
 import psycopg2
 
 from bench.process import postgres_pinned
-from bench.stats import Summary, bar_chart, line_chart, median, paired_ratio, summarise
+from bench.stats import median, paired_ratio, summarise
 from example_app.app import MIGRATE_ARGS
 
 from .generators import FLOWS, GeneratorError, LoadResult, run_locust, run_wrk_mix, wrk_headers, wrk_paths
+from .plots import LOCUST_RESOLUTION_MS, latency, plot
 from .targets import TARGETS, RunningServer, ServerError
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -145,7 +146,7 @@ def measure(args: argparse.Namespace, dsn: str, targets: list[str], levels: list
                 flag = "  (generator-bound)" if result.generator_bound else ""
                 print(
                     f"        {result.requests_per_sec:9.0f} req/s  failures {result.failure_rate:.2%}  "
-                    f"p99 {result.p99_ms:.0f} ms{flag}",
+                    f"p99 {latency(result.p99_ms)}{flag}",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -240,11 +241,12 @@ def summarise_endpoints(raw: list[dict], targets: list[str], levels: list[int]) 
 
 def markdown(summary: dict, command: str, tool: str) -> str:
     unit = "connections" if tool == "wrk" else "users"
+    resolution = LOCUST_RESOLUTION_MS if tool == "locust" else 0.0
     lines = [
         f"`{command}`",
         "",
-        f"| {unit} | target | req/s mean ± std | 95% CI | p50 ms | p99 ms | failure rate | generator CPU "
-        "| loop lag p50/p99/max ms |",
+        f"| {unit} | target | req/s mean ± std | 95% CI | p50 | p99 | failure rate | generator CPU "
+        "| loop lag p50 / p99 / max |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for level, row in summary["cells"].items():
@@ -254,13 +256,14 @@ def markdown(summary: dict, command: str, tool: str) -> str:
                 continue
             rps = cell["rps"]
             lag = cell["loop_lag"]
-            lag_text = f"{lag['p50_ms']:.1f} / {lag['p99_ms']:.1f} / {lag['max_ms']:.0f}" if lag else "–"
+            lag_text = " / ".join(latency(lag[k]) for k in ("p50_ms", "p99_ms", "max_ms")) if lag else "–"
             gen = "–" if math.isnan(cell["generator_cpu"]) else f"{cell['generator_cpu']:.0%}"
             if cell["generator_bound_runs"]:
                 gen += f" (bound in {cell['generator_bound_runs']})"
             lines.append(
                 f"| {level} | {target} | {rps['mean']:,.0f} ± {rps['std']:,.0f} | {rps['ci_low']:,.0f}–"
-                f"{rps['ci_high']:,.0f} | {cell['p50_ms']:.0f} | {cell['p99_ms']:.0f} | {cell['failure_rate']:.3%} "
+                f"{rps['ci_high']:,.0f} | {latency(cell['p50_ms'], resolution)} | {latency(cell['p99_ms'], resolution)} "
+                f"| {cell['failure_rate']:.3%} "
                 f"({cell['failures']}) | {gen} | {lag_text} |"
             )
         for key, ratio in row.items():
@@ -301,56 +304,6 @@ def endpoint_markdown(summary: dict, unit: str) -> list[str]:
             ]
             lines.append("| " + " | ".join(cells) + " |")
     return lines
-
-
-def plot(summary: dict, out: Path, tool: str) -> list[str]:
-    unit = "connections" if tool == "wrk" else "concurrent users"
-    targets, levels = summary["targets"], summary["levels"]
-
-    def series(key: str) -> dict[str, list[Summary]]:
-        result = {}
-        for target in targets:
-            values = []
-            for level in levels:
-                cell = summary["cells"][str(level)].get(target)
-                if cell is None:
-                    values.append(Summary(0, math.nan, math.nan, math.nan, math.nan))
-                elif key == "rps":
-                    values.append(Summary(**cell["rps"]))
-                else:
-                    values.append(
-                        Summary(
-                            1,
-                            cell[key] * (100 if key == "failure_rate" else 1),
-                            0.0,
-                            cell[key] * (100 if key == "failure_rate" else 1),
-                            cell[key] * (100 if key == "failure_rate" else 1),
-                        )
-                    )
-            result[target] = values
-        return result
-
-    written = []
-    if bar_chart(
-        out / "throughput_bars.png", "Throughput (95% CI)", [str(x) for x in levels], series("rps"), "requests/s"
-    ):
-        written.append("throughput_bars.png")
-    for name, key, label in (
-        ("throughput", "rps", "requests/s"),
-        ("failures", "failure_rate", "failed requests (%)"),
-        ("p99", "p99_ms", "p99 latency (ms)"),
-    ):
-        if line_chart(
-            out / f"{name}_vs_users.png",
-            f"{label} against {unit}",
-            [float(x) for x in levels],
-            series(key),
-            unit,
-            label,
-            log_x=True,
-        ):
-            written.append(f"{name}_vs_users.png")
-    return written
 
 
 def main(argv: list[str]) -> int:

@@ -342,6 +342,10 @@ async def test_the_index_names_the_api_and_links_its_docs_and_routes(aiorest_cli
     for link in ("/docs", "/redoc", "/openapi.json", "/notes", "/db", "/fortunes"):
         assert f'<a href="{link}">' in page, link
     assert "<td>GET</td><td>/notes/{note_id}</td>" in page and "<td>POST</td><td>/login</td>" in page
+    # each route's summary: its first sentence whole, code as code, no reStructuredText left
+    assert "past 10 registrations a minute from the client's address.</td>" in page
+    assert "its URL in <code>Location</code>, its version in <code>ETag</code>.</td>" in page
+    assert "`" not in page
 
 
 async def test_a_write_retried_with_its_idempotency_key_applies_once(client):

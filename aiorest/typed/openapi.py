@@ -15,7 +15,6 @@ internet is out of reach keeps its docs.
 from __future__ import annotations
 
 import html
-import inspect
 import json
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,6 +28,7 @@ from ..routing.metadata import SECURED, is_secured, raised, raises
 from ..routing.table import RouteTable
 from .annotations import hinted, require_msgspec, strip_annotated, union_args
 from .declare import VALIDATION_MESSAGE, HandlerSignature, Parameter
+from .doctext import described, docstring
 
 if TYPE_CHECKING:
     from ..http.request import Request
@@ -160,7 +160,7 @@ class _Types:
 
     def resolve(self) -> tuple[tuple[dict[str, Any], ...], dict[str, Any]]:
         schemas, components = msgspec.json.schema_components(self._types, ref_template=_REF)
-        return schemas, components
+        return schemas, {name: described(schema) for name, schema in components.items()}
 
 
 class _Operation:
@@ -196,7 +196,7 @@ class _Operation:
     def build(self, schemas: tuple[dict[str, Any], ...]) -> dict[str, Any]:
         route = self.route
         operation: dict[str, Any] = {}
-        summary, description = _docstring(route.handler)
+        summary, description = docstring(route.handler)
         if summary:
             operation["summary"] = summary
         if description:
@@ -272,17 +272,6 @@ def _with_default(schema: dict[str, Any], default: Any) -> dict[str, Any]:
         return {**schema, "default": msgspec.to_builtins(default)}
     except TypeError:  # a default JSON cannot say: the schema goes without it
         return schema
-
-
-def _docstring(handler: Any) -> tuple[str, str]:
-    """The summary (first line) and the description (the rest) of a handler's docstring."""
-    doc = inspect.getdoc(handler) if inspect.isfunction(handler) or inspect.ismethod(handler) else None
-    if doc is None:
-        doc = inspect.getdoc(type(handler).__call__) if not inspect.isroutine(handler) else None
-    if not doc:
-        return "", ""
-    summary, _, rest = doc.partition("\n")
-    return summary.strip(), rest.strip()
 
 
 def _unique(operation_id: str, method: str, taken: set[str]) -> str:

@@ -203,7 +203,7 @@ def test_summaries_tags_and_unique_operation_ids() -> None:
     paths = document["paths"]
     place = paths["/shop/orders"]["post"]
     assert place["summary"] == "Place an order."
-    assert place["description"] == "The lines are kept in the order given."
+    assert place["description"] == "Place an order.\n\nThe lines are kept in the order given."
     assert "summary" not in paths["/customers"]["get"]
     assert document["tags"] == [{"name": "orders"}]
     assert place["tags"] == ["orders"]
