@@ -65,6 +65,10 @@ class LimitStore:
     async def close(self) -> None:
         """Release what the store holds (``app.on_shutdown``)."""
 
+    async def ping(self) -> None:
+        """Return when the store answers, raise when it cannot: a readiness check, for
+        ``app.readiness.add("limit store", store.ping)``. The base has nothing to ask."""
+
 
 # -- Redis ---------------------------------------------------------------------------------------
 
@@ -156,6 +160,9 @@ class RedisLimitStore(LimitStore):
         except self._client.unavailable as exc:
             raise LimitStoreUnavailable(f"Redis: {type(exc).__name__}: {exc}") from None
 
+    async def ping(self) -> None:
+        await self._client.ping()
+
     async def close(self) -> None:
         await self._client.close()
 
@@ -220,6 +227,9 @@ class PostgresLimitStore(LimitStore):
         self.sweep_every = sweep_every
         self.sweep_batch = sweep_batch
         self._sweeps: dict[str, Sweep] = {}  # one a limit (its name): as many as the code makes limits
+
+    async def ping(self) -> None:
+        await self.database.ping()
 
     async def hit(self, name: str, key: str, limit: int, window: float, max_entries: int) -> Hit:
         try:
