@@ -64,6 +64,8 @@ def create_app(database: Database | None = None) -> App:
     for store in (sessions, limits):
         if isinstance(store, (RedisStore, RedisLimitStore)):
             app.on_shutdown.append(lambda app, store=store: store.close())
+    if limits is not None:  # /readyz (--health) checks it; the session store is its middleware's
+        app.readiness.add("limit store", limits.ping)
     users.setup(app, limits)
     # The users and the notes know the caller: a session (kept in PostgreSQL or Redis) or a
     # bearer token. The TechEmpower routes stay outside, and pay for neither. A POST or PATCH
@@ -71,7 +73,9 @@ def create_app(database: Database | None = None) -> App:
     # kept answer commit in one transaction, so a client may retry a write that got 502 from a
     # host that died. Only the notes are keyed: the users' routes hand out sessions and tokens,
     # which no store may keep and no replay may hand out again.
-    idempotency = Idempotency(PostgresIdempotencyStore(database), scope=user_scope)
+    keys = PostgresIdempotencyStore(database)
+    app.readiness.add("idempotency store", keys.ping)
+    idempotency = Idempotency(keys, scope=user_scope)
     accounts = Router(middleware=[SessionMiddleware(sessions), users.auth(database)])
     accounts.include(users.router)
     keyed = Router(middleware=[idempotency])

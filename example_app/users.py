@@ -117,7 +117,7 @@ def _db(request: Request) -> Database:
 def setup(app: App, store: LimitStore | None = None) -> None:
     """The limits: logins per account 5 and per client address 20 attempts a minute, right
     or wrong; registrations 10 a minute per address; password hashing in :class:`Passwords`'
-    lanes (2 at once, a registration 1 of them).
+    lanes (2 at once, a registration 1 of them; 4 calls of one address at most in each).
 
     The counts live in each process's bounded memory, or in ``store``, shared by every
     worker and host. A store that cannot answer fails the logins closed (503: a login limit
@@ -141,17 +141,20 @@ def _address(request: Request) -> str:
 async def _authenticate(request: Request, credentials: Credentials) -> User:
     """The user the credentials name, or 401; 429 when over the rate limit (checked before any hash).
 
-    A 503 (the hashing pool's lane or the database was full: no password was
-    checked) is taken back from the counts: it is no failed login.
+    A 503 (the hashing lane, the address's share of it or the database was
+    full: no password was checked) is taken back from the account's count: it
+    is no failed login. The address's count keeps it.
     """
     limiter: LoginRateLimiter = request.app.state.login_limiter
     passwords: Passwords = request.app.state.passwords
-    async with limiter.acheck(credentials.username, _address(request)):
+    address = _address(request)
+    async with limiter.acheck(credentials.username, address):
         row = await _db(request).fetchone(
             "SELECT id, username, password_hash FROM users WHERE username = %s", (credentials.username,)
         )
         # an unknown user costs a hash all the same (verify(None, ...)), so the time tells nothing
-        matches = await passwords.verify(row["password_hash"] if row else None, credentials.password)
+        stored = row["password_hash"] if row else None
+        matches = await passwords.verify(stored, credentials.password, client=address)
     if not matches or row is None:
         raise unauthorized(request, "wrong username or password")  # the challenge of Auth's policies
     await limiter.areset(credentials.username)
@@ -164,12 +167,13 @@ async def register(request: Request, new: NewUser) -> User:
     """Register a user (this does not log in): 409 when the username is taken, 429 past
     10 registrations a minute from the client's address."""
     limiter: RateLimit = request.app.state.registration_limiter
-    await limiter.ahit(_address(request))
+    address = _address(request)
+    await limiter.ahit(address)
     db = _db(request)
     if await db.fetchval("SELECT 1 FROM users WHERE username = %s", (new.username,)):
         raise HTTPConflict("that username is taken")  # before the hash: a taken name costs no CPU
     passwords: Passwords = request.app.state.passwords
-    password_hash = await passwords.hash(new.password)
+    password_hash = await passwords.hash(new.password, client=address)
     row = await db.fetchone(
         "INSERT INTO users (username, password_hash) VALUES (%s, %s) ON CONFLICT (username) DO NOTHING"
         " RETURNING id, username",

@@ -11,6 +11,7 @@ import random
 import uuid
 import zlib
 
+import aiohttp
 import pytest
 
 from aiorest.db import Database
@@ -405,3 +406,35 @@ async def test_a_keyed_write_under_another_precondition_is_not_the_first(client)
         assert same.status == 200 and same.headers["Idempotent-Replayed"] == "true"  # the one note
     async with client.patch(f"/notes/{note['id']}", json={"done": True}, headers={**key, "If-Match": '"2"'}) as other:
         assert other.status == 422  # not the 200 given to If-Match "1"
+
+
+async def test_readyz_names_every_store_and_is_503_while_redis_is_down(shared_database_url, monkeypatch):
+    # issue 34: with Redis down every login and cookie request answered 503, yet /readyz stayed 200
+    from aiorest import Server
+    from tests.ops.test_readiness import readyz_once_it_is
+    from tests.redisserver import RedisServer
+
+    with RedisServer() as redis:
+        monkeypatch.setenv("SESSION_STORE", redis.url)
+        monkeypatch.setenv("RATE_LIMIT_STORE", redis.url)
+        server = Server(create_app(Database(shared_database_url, min_size=1, max_size=4)), port=0, health=True)
+        await server.start()
+        try:
+            async with aiohttp.ClientSession(server.url) as session:
+                status, _, body = await readyz_once_it_is(session, 200)
+                stores = ["limit store", "idempotency store", "session store"]
+                assert (status, body) == (200, {"status": "ready", "checks": dict.fromkeys(["database", *stores], "ok")})
+                redis.stop()
+                credentials = {"username": "nobody-here", "password": "correct horse battery"}
+                async with session.post("/login", json=credentials) as response:
+                    assert response.status == 503
+                status, _, body = await readyz_once_it_is(session, 503)
+                assert body["error"]["message"] == "not ready: the limit store and the session store are unreachable"
+                assert body["error"]["details"] == {
+                    "database": "ok",
+                    "limit store": "unreachable",
+                    "idempotency store": "ok",
+                    "session store": "unreachable",
+                }
+        finally:
+            await server.stop(timeout=2)

@@ -42,6 +42,10 @@ class RedisClient:
             )
         self.client: Any = redis
 
+    async def ping(self) -> None:
+        """Return when Redis answers ``PING``, raise when it cannot (a store's readiness check)."""
+        await self.client.ping()
+
     async def close(self) -> None:
         """Close the client, if it was made from a URL."""
         if self.owned:

@@ -33,6 +33,7 @@ from ..routing.route import (
 from ..routing.table import RouteTable
 from ..typed.binding import TypedEndpoint
 from ..typed.declare import read_signature
+from .readiness import Readiness
 
 if TYPE_CHECKING:
     from ..http.limits import Limits
@@ -92,6 +93,8 @@ class App(_RouteDecorators):
         self.state = State()
         #: the app's Database (``Database.setup`` sets it): the server hands it to health and metrics
         self.database: Any = None
+        #: the other backing services ``/readyz`` checks: the middleware's (collected at startup) and any added
+        self.readiness = Readiness()
         self.json: JSONCodec = get_codec(json)
         self.middleware: list[Middleware] = list(middleware)
         self.on_startup: list[Hook] = list(on_startup)
@@ -236,7 +239,9 @@ class App(_RouteDecorators):
             await self._leave()
             raise
         answers_422 = self._find_exception_handler(HTTPUnprocessableEntity) is not None
+        self.readiness.collect(self.middleware)
         for route in self.router.routes():
+            self.readiness.collect(route.middleware)
             if isinstance(route.call, TypedEndpoint):
                 route.call.raise_errors = answers_422  # else it returns its 422, which costs less
             route.endpoint = self._wrap(self._chain(route.call, route.middleware, route), route.path, layers)

@@ -28,6 +28,7 @@ can give (pool.py).
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -187,6 +188,8 @@ class Database(Pool, _Queries):
     transaction's connection, so code that takes ``db`` works in and out of one.
     """
 
+    _pinging: asyncio.Future[Any] | None = None  # the ping under way (see ping)
+
     # -- lifecycle ---------------------------------------------------------------
 
     @classmethod
@@ -254,6 +257,26 @@ class Database(Pool, _Queries):
                 await self.close()
 
         app.contexts.append(pool)
+
+    async def ping(self) -> None:
+        """Return when PostgreSQL answers ``SELECT 1``, raise when it cannot (readiness, ``/readyz``).
+
+        When every connection of the pool is open and busy, return at once: they
+        are answering requests, so the database is reachable, and a ping queued
+        behind them would fail under load in every worker at once (a balancer
+        would then take the whole service out). Pings at once share one query.
+        """
+        pinging = self._pinging
+        if pinging is None or pinging.done():
+            # Checked before a ping starts, not while one connects: that one would count as busy.
+            if self.size >= self.max_size and self.idle == 0:
+                return
+            pinging = self._pinging = asyncio.ensure_future(self.fetchval("SELECT 1"))
+            pinging.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved
+        # One ping at a time, shared (the stores of one database ask together); shielded: a caller
+        # that gives up does not cancel the others'.
+        if await asyncio.shield(pinging) != 1:
+            raise RuntimeError("SELECT 1 did not answer 1")
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Transaction]:

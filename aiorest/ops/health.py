@@ -3,20 +3,24 @@
 ``/healthz`` answers 200 whenever the event loop runs: a process that cannot
 answer it is stuck and should be restarted. ``/readyz`` answers 200 when the
 worker should be sent traffic: it is not draining (``Server.stop`` has not
-begun) and, if the probes were given a database (the server gives the app's,
-``app.database``, set by ``Database.setup``), a ``SELECT 1`` succeeded within ``timeout`` seconds (or
-every connection of the pool is busy with requests: a busy database is not a
-down one, and a probe queued behind them would fail under load). That
-result is kept ``cache_for`` seconds and one check at a time is run, so a storm
-of probes costs PostgreSQL one query a second at most. Otherwise 503 with
-``Retry-After``, in the usual JSON error shape.
+begun) and every backing service the app was configured with answers. Those
+are the database the probes were given (the server gives the app's,
+``app.database``, set by ``Database.setup``: ``Database.ping``, which a pool
+whose every connection is busy passes at once, since a busy database is not a
+down one) and the checks of ``app.readiness`` (the session store, the limit
+store, the idempotency store: see ``aiorest.app.readiness``), read from the app
+the probe was routed by. Each succeeds within ``timeout`` seconds or counts as
+unreachable; its result is kept ``cache_for`` seconds and one check of each runs
+at a time, so a storm of probes costs each service one check a second at most.
+The body names every check and its state; when one fails, 503 with
+``Retry-After``, in the usual JSON error shape, the states in ``details``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..http.exceptions import HTTPServiceUnavailable
@@ -30,12 +34,57 @@ __all__ = ["HealthProbes"]
 logger = logging.getLogger("aiorest.server")
 
 
+class _Probe:
+    """One backing service's check: its last result, kept ``cache_for`` seconds, and the check under way."""
+
+    def __init__(self, name: str, check: Callable[[], Awaitable[object]], timeout: float, cache_for: float) -> None:
+        self.name = name
+        self.check = check
+        self.timeout = timeout
+        self.cache_for = cache_for
+        self.checked_at = float("-inf")
+        self.ok = False
+        self.task: asyncio.Task[bool] | None = None
+
+    async def ready(self) -> bool:
+        loop = asyncio.get_running_loop()
+        if loop.time() - self.checked_at < self.cache_for:
+            return self.ok
+        task = self.task
+        if task is None or task.done():
+            task = self.task = loop.create_task(self._run())
+        # shielded: a probe whose client leaves does not cancel the others' check
+        return await asyncio.shield(task)
+
+    async def _run(self) -> bool:
+        first = self.checked_at == float("-inf")
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self.check()
+        except Exception as exc:  # noqa: BLE001  # any failure means not ready
+            if self.ok or first:
+                logger.warning("readiness: the %s is unreachable: %s: %s", self.name, type(exc).__name__, exc)
+            self.ok = False
+        else:
+            if not self.ok and not first:
+                logger.info("readiness: the %s is reachable again", self.name)
+            self.ok = True
+        self.checked_at = asyncio.get_running_loop().time()
+        return self.ok
+
+    async def close(self) -> None:
+        task, self.task = self.task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+
+
 class HealthProbes:
     """The ``/healthz`` and ``/readyz`` routes of one server.
 
     ``draining``: whether the server is shutting down (``/readyz`` then answers
     503). ``database``: the ``aiorest.db.Database`` ``/readyz`` checks,
-    None for none.
+    None for none; the app's other services are in ``app.readiness``.
     """
 
     def __init__(
@@ -50,9 +99,8 @@ class HealthProbes:
         self.database = database
         self.timeout = timeout
         self.cache_for = cache_for
-        self._checked_at = float("-inf")
-        self._db_ok = False
-        self._checking: asyncio.Task[bool] | None = None
+        self._database = None if database is None else _Probe("database", database.ping, timeout, cache_for)
+        self._probes: dict[str, _Probe] = {}  # the app's checks, by name
 
     def routes(self) -> list[Route]:
         return [Route("GET", "/healthz", self.healthz), Route("GET", "/readyz", self.readyz)]
@@ -63,46 +111,24 @@ class HealthProbes:
     async def readyz(self, request: Request) -> dict[str, Any]:
         if self.draining():
             raise HTTPServiceUnavailable("not ready: the server is shutting down", retry_after=1)
-        db = self.database
-        if db is not None and not await self._database_reachable(db):
-            raise HTTPServiceUnavailable("not ready: the database is unreachable", retry_after=1)
-        return {"status": "ready"}
+        probes = [] if self._database is None else [self._database]
+        probes += [self._probe(name, check) for name, check in request.app.readiness.checks.items()]
+        states = await asyncio.gather(*(probe.ready() for probe in probes))
+        checks = {probe.name: "ok" if ok else "unreachable" for probe, ok in zip(probes, states, strict=True)}
+        down = [f"the {name}" for name, state in checks.items() if state != "ok"]
+        if down:
+            names = down[0] if len(down) == 1 else f"{', '.join(down[:-1])} and {down[-1]}"
+            verb = "is" if len(down) == 1 else "are"
+            raise HTTPServiceUnavailable(f"not ready: {names} {verb} unreachable", retry_after=1, details=checks)
+        return {"status": "ready", "checks": checks}
 
-    async def _database_reachable(self, db: Any) -> bool:
-        loop = asyncio.get_running_loop()
-        if loop.time() - self._checked_at < self.cache_for:
-            return self._db_ok
-        checking = self._checking
-        if checking is None or checking.done():
-            checking = self._checking = loop.create_task(self._check(db))
-        # shielded: a probe whose client leaves does not cancel the others' check
-        return await asyncio.shield(checking)
+    def _probe(self, name: str, check: Callable[[], Awaitable[object]]) -> _Probe:
+        probe = self._probes.get(name)
+        if probe is None or probe.check != check:  # a check added under a name since
+            probe = self._probes[name] = _Probe(name, check, self.timeout, self.cache_for)
+        return probe
 
     async def close(self) -> None:
-        """Cancel a check under way (the server stops)."""
-        checking, self._checking = self._checking, None
-        if checking is not None and not checking.done():
-            checking.cancel()
-            await asyncio.wait([checking])
-
-    async def _check(self, db: Any) -> bool:
-        if db.size >= db.max_size and db.idle == 0:
-            # Every connection is open and busy answering requests: the database is
-            # reachable. A probe would queue behind them and, under load, time out in
-            # every worker at once: the balancer would take the whole service out.
-            self._db_ok = True
-            self._checked_at = asyncio.get_running_loop().time()
-            return True
-        try:
-            async with asyncio.timeout(self.timeout):
-                ok = bool(await db.fetchval("SELECT 1") == 1)
-        except Exception as exc:  # noqa: BLE001  # any failure means not ready
-            ok = False
-            if self._db_ok or self._checked_at == float("-inf"):
-                logger.warning("readiness: the database is unreachable: %s: %s", type(exc).__name__, exc)
-        else:
-            if not self._db_ok and self._checked_at != float("-inf"):
-                logger.info("readiness: the database is reachable again")
-        self._db_ok = ok
-        self._checked_at = asyncio.get_running_loop().time()
-        return ok
+        """Cancel the checks under way (the server stops)."""
+        for probe in [*self._probes.values(), *([self._database] if self._database else [])]:
+            await probe.close()

@@ -24,25 +24,41 @@ _T = TypeVar("_T")
 
 
 class _Lane:
-    """Calls of one kind: ``threads`` of their own, and at most ``waiting`` more queued for them."""
+    """Calls of one kind: ``threads`` of their own, at most ``waiting`` more queued for them,
+    and at most ``per_client`` of them, running or queued, from one client."""
 
-    def __init__(self, name: str, threads: int, waiting: int) -> None:
+    def __init__(self, name: str, threads: int, waiting: int, per_client: int) -> None:
         self.name = name
         self.threads = threads
         self.waiting = waiting
+        self.per_client = per_client
         self.executor: ThreadPoolExecutor | None = None  # started at the first call
-        self.pending = 0  # submitted and not finished; changed by the threads too, under the lock
+        # submitted and not finished, in all and by client; changed by the threads too, under the lock.
+        # ``clients`` holds only clients with a call pending: at most threads + waiting of them.
+        self.pending = 0
+        self.clients: dict[str, int] = {}
         self.lock = threading.Lock()
 
-    def admit(self) -> None:
+    def admit(self, client: str | None) -> None:
         with self.lock:
             if self.pending >= self.threads + self.waiting:
                 raise HTTPServiceUnavailable(f"too many password {self.name} in progress", retry_after=1)
+            if client is not None:
+                held = self.clients.get(client, 0)
+                if held >= self.per_client:
+                    raise HTTPServiceUnavailable(
+                        f"too many password {self.name} in progress for this client", retry_after=1
+                    )
+                self.clients[client] = held + 1
             self.pending += 1
 
-    def done(self, _: object) -> None:
+    def done(self, client: str | None) -> None:
         with self.lock:
             self.pending -= 1
+            if client is not None:
+                held = self.clients.pop(client) - 1
+                if held:
+                    self.clients[client] = held
 
 
 class Passwords:
@@ -66,6 +82,12 @@ class Passwords:
     hash, rather than queue without bound. A call counts until its hash is
     done, even when the caller was cancelled (the client went away): a thread
     cannot be stopped, so cancelling frees no CPU.
+
+    A call that names its ``client`` (the address of the request, say) gets
+    a share of its lane: at most ``max_per_client`` of one client's calls run
+    or wait at once (by default a sixteenth of the lane's threads and queue,
+    at least 1: 4 of 66), and the next is refused with 503 as above. A few
+    clients then cannot fill a lane and refuse everyone else's logins.
     """
 
     def __init__(
@@ -75,6 +97,7 @@ class Passwords:
         max_waiting: int = 64,
         hash_in_flight: int | None = None,
         hash_waiting: int | None = None,
+        max_per_client: int | None = None,
         hasher: Any = None,
     ) -> None:
         if argon2 is None:
@@ -89,10 +112,16 @@ class Passwords:
                 f" and the waiting counts at least 0, not {max_in_flight}, {hash_in_flight},"
                 f" {max_waiting}, {hash_waiting}"
             )
+        if max_per_client is not None and max_per_client < 1:
+            raise ValueError(f"max_per_client must be at least 1, not {max_per_client}")
+
+        def lane(name: str, threads: int, waiting: int) -> _Lane:
+            return _Lane(name, threads, waiting, max_per_client or max(1, (threads + waiting) // 16))
+
         self.hasher: argon2.PasswordHasher = hasher if hasher is not None else argon2.PasswordHasher()
         self.max_in_flight = max_in_flight
-        self._verifying = _Lane("checks", max_in_flight, max_waiting)
-        self._hashing = _Lane("hashes", hash_in_flight, hash_waiting)
+        self._verifying = lane("checks", max_in_flight, max_waiting)
+        self._hashing = lane("hashes", hash_in_flight, hash_waiting)
         # What bounds the CPU: a lane's thread runs argon2 only holding one of these.
         self._cpu = threading.BoundedSemaphore(max_in_flight)
         self._dummy: str | None = None
@@ -101,27 +130,30 @@ class Passwords:
         with self._cpu:
             return work()
 
-    async def _run(self, lane: _Lane, work: Callable[[], _T]) -> _T:
-        lane.admit()
+    async def _run(self, lane: _Lane, work: Callable[[], _T], client: str | None) -> _T:
+        lane.admit(client)
         if lane.executor is None:
             lane.executor = ThreadPoolExecutor(lane.threads, thread_name_prefix=f"aiorest-password-{lane.name}")
         future = lane.executor.submit(self._on_cpu, work)
-        future.add_done_callback(lane.done)
+        future.add_done_callback(lambda _: lane.done(client))
         return await asyncio.wrap_future(future)
 
-    async def hash(self, password: str) -> str:
-        """The argon2id hash of ``password``, in the PHC string format, to store."""
-        return await self._run(self._hashing, lambda: self.hasher.hash(password))
+    async def hash(self, password: str, *, client: str | None = None) -> str:
+        """The argon2id hash of ``password``, in the PHC string format, to store.
 
-    async def verify(self, stored: str | None, password: str) -> bool:
+        ``client``: who asks (see the class), None for no share."""
+        return await self._run(self._hashing, lambda: self.hasher.hash(password), client)
+
+    async def verify(self, stored: str | None, password: str, *, client: str | None = None) -> bool:
         """Whether ``password`` matches ``stored``; False for a malformed hash, never an exception.
 
         Pass None for an account that does not exist: a hash is still checked,
-        so the answer takes as long as for a real account.
+        so the answer takes as long as for a real account. ``client``: who
+        asks (see the class), None for no share.
         """
         if stored is None:
             if self._dummy is None:
-                self._dummy = await self._run(self._verifying, lambda: self.hasher.hash("not a password"))
+                self._dummy = await self._run(self._verifying, lambda: self.hasher.hash("not a password"), client)
             stored = self._dummy
         target = stored
 
@@ -131,7 +163,7 @@ class Passwords:
             except (argon2.exceptions.VerificationError, argon2.exceptions.InvalidHashError):
                 return False
 
-        return await self._run(self._verifying, check) and stored is not self._dummy
+        return await self._run(self._verifying, check, client) and stored is not self._dummy
 
     def needs_rehash(self, stored: str) -> bool:
         """Whether ``stored`` was made with other parameters than now (rehash it at the next login).

@@ -71,21 +71,25 @@ class RateLimit:
     (429, ``Retry-After`` until the key's window ends) once the key has had
     ``limit`` in its window; a refused hit is not counted.
 
-    Memory is bounded: at most ``max_entries`` keys are kept. A key whose
-    window has ended is forgotten to make room; a key still in its window
-    never is, since forgetting it would give it a fresh count. When every
-    kept key is still in its window, a hit of a new key is refused with
-    :class:`~aiorest.HTTPServiceUnavailable` (503, ``Retry-After`` until the
-    oldest window ends) and counted nowhere; the keys already kept go on as
-    before. ``message`` is the 429's.
+    Memory is bounded: at most ``max_entries`` keys are kept. A new key
+    makes room by forgetting the key whose window began first (one that has
+    ended, else the oldest still in its window): a new key is always
+    counted, so a full table refuses no one. Forgetting a key in its window
+    gives it a fresh count, but only after ``max_entries`` other keys were
+    counted since its window began. A refund that takes a key's count back
+    to nothing forgets the key: a hit taken back leaves no entry behind.
+    ``message`` is the 429's.
 
     With a ``store`` (:class:`~aiorest.auth.RedisLimitStore`,
     :class:`~aiorest.auth.PostgresLimitStore`) the counts live there, under
     ``name``, and hold across processes and hosts: count with the ``a``
     methods (:meth:`ahit`, :meth:`arefund`, :meth:`areset`), which also work
-    without a store. When the store cannot answer, ``on_store_failure``
-    decides: ``"closed"`` refuses the hit with 503 (``Retry-After: 1``),
-    ``"open"`` lets it through uncounted; either logs a warning.
+    without a store. A store that cannot make room for a new key (see
+    :class:`~aiorest.auth.Hit`) refuses it with
+    :class:`~aiorest.HTTPServiceUnavailable` (503). When the store cannot
+    answer, ``on_store_failure`` decides: ``"closed"`` refuses the hit with
+    503 (``Retry-After: 1``), ``"open"`` lets it through uncounted; either
+    logs a warning.
     """
 
     def __init__(
@@ -137,30 +141,23 @@ class RateLimit:
             window = None
         if window is None:
             if len(self._windows) >= self.max_entries:
-                self._make_room(now)
+                # The table is in the order windows began: the first ended first, or ends first.
+                self._windows.popitem(last=False)
             window = self._windows[key] = _Window(now)
         if window.count >= self.limit:
             raise HTTPTooManyRequests(self.message, retry_after=_seconds(window.start + self.window - now))
         window.count += 1
         return window
 
-    def _make_room(self, now: float) -> None:
-        windows = self._windows
-        while windows:
-            oldest = next(iter(windows.values()))
-            if now - oldest.start < self.window:
-                break
-            windows.popitem(last=False)
-        if len(windows) >= self.max_entries:
-            raise HTTPServiceUnavailable(
-                f"{self.message}: too many clients at once", retry_after=_seconds(oldest.start + self.window - now)
-            )
-
     def refund(self, key: str, receipt: object) -> None:
-        """Take back the hit :meth:`hit` returned ``receipt`` for, if its window is still the key's."""
-        window = self._windows.get(_bounded(key))
+        """Take back the hit :meth:`hit` returned ``receipt`` for, if its window is still the key's;
+        a key whose count that takes back to nothing is forgotten."""
+        key = _bounded(key)
+        window = self._windows.get(key)
         if window is not None and window is receipt and window.count > 0:
             window.count -= 1
+            if not window.count:
+                del self._windows[key]
 
     def reset(self, key: str) -> None:
         """Forget the key's count."""
@@ -210,27 +207,31 @@ class LoginAttempt:
     """An attempt :meth:`LoginRateLimiter.check` (or :meth:`~LoginRateLimiter.acheck`) counted.
 
     As a context manager around the password check (``with``, or ``async
-    with`` for a shared store), it takes the attempt back when the block raises
-    :class:`~aiorest.HTTPServiceUnavailable`: no password was checked (the
-    hashing pool or the database was full), so the attempt counts against no one.
+    with`` for a shared store), it takes the attempt back from the account's
+    count when the block raises :class:`~aiorest.HTTPServiceUnavailable`: no
+    password was checked (the hashing lane or the database was full), so it
+    is no failed login of that account, and it leaves no entry in the
+    accounts' table. The address's count keeps it: an address that is
+    refused for capacity spends its own budget, as nginx's ``limit_req``
+    counts every request, else one address could knock at 200 a second.
     """
 
-    __slots__ = ("_refunds",)
+    __slots__ = ("_refund",)
 
-    def __init__(self, refunds: list[tuple[RateLimit, str, object]]) -> None:
-        self._refunds = refunds
+    def __init__(self, limit: RateLimit, key: str, receipt: object) -> None:
+        self._refund: tuple[RateLimit, str, object] | None = (limit, key, receipt)
 
     def refund(self) -> None:
-        """Take the attempt back, from the account's count and the address's (once). In memory only."""
-        refunds, self._refunds = self._refunds, []
-        for limit, key, receipt in refunds:
-            limit.refund(key, receipt)
+        """Take the attempt back from the account's count (once). In memory only."""
+        refund, self._refund = self._refund, None
+        if refund is not None:
+            refund[0].refund(refund[1], refund[2])
 
     async def arefund(self) -> None:
         """:meth:`refund`, in the limiter's store when it has one."""
-        refunds, self._refunds = self._refunds, []
-        for limit, key, receipt in refunds:
-            await limit.arefund(key, receipt)
+        refund, self._refund = self._refund, None
+        if refund is not None:
+            await refund[0].arefund(refund[1], refund[2])
 
     def __enter__(self) -> LoginAttempt:
         return self
@@ -281,10 +282,12 @@ class LoginRateLimiter:
     that many attempts in a fixed window of that many seconds raise
     :class:`~aiorest.HTTPTooManyRequests` with ``Retry-After`` until the window
     ends. The address is checked first: an attempt its address may not make
-    is not counted against the account. Each table keeps at most
-    ``max_entries`` keys, and never forgets one still in its window (see
-    :class:`RateLimit`): when full of such keys, an attempt with a new one is
-    refused with 503.
+    is not counted against the account. Every attempt an address makes counts
+    against it, whatever its answer; a 503 inside the attempt is taken back
+    from the account's count only (see :class:`LoginAttempt`). Each table
+    keeps at most ``max_entries`` keys, and a new key makes room by
+    forgetting the oldest (see :class:`RateLimit`): a full table refuses no
+    login.
 
     With a ``store``, the two limits are named ``name + ":account"`` and
     ``name + ":address"`` in it; use :meth:`acheck` and :meth:`areset`.
@@ -323,17 +326,12 @@ class LoginRateLimiter:
 
         Call it before checking the password, so a refused attempt costs no hash,
         and check the password inside ``with limiter.check(...):``, so that a 503
-        (nothing was checked) is taken back. In memory only (TypeError with a store).
+        (nothing was checked) is taken back from the account. In memory only
+        (TypeError with a store).
         """
-        refunds: list[tuple[RateLimit, str, object]] = []
         if address is not None:
-            refunds.append((self.addresses, address, self.addresses.hit(address)))
-        try:
-            refunds.append((self.accounts, account, self.accounts.hit(account)))
-        except HTTPServiceUnavailable:  # the accounts' table is full: not an attempt of this address either
-            LoginAttempt(refunds).refund()
-            raise
-        return LoginAttempt(refunds)
+            self.addresses.hit(address)
+        return LoginAttempt(self.accounts, account, self.accounts.hit(account))
 
     def acheck(self, account: str, address: str | None) -> _Checking:
         """:meth:`check` in the limiter's store, or in memory without one:
@@ -341,15 +339,9 @@ class LoginRateLimiter:
         return _Checking(lambda: self._acheck(account, address))
 
     async def _acheck(self, account: str, address: str | None) -> LoginAttempt:
-        refunds: list[tuple[RateLimit, str, object]] = []
         if address is not None:
-            refunds.append((self.addresses, address, await self.addresses.ahit(address)))
-        try:
-            refunds.append((self.accounts, account, await self.accounts.ahit(account)))
-        except HTTPServiceUnavailable:  # full, or the store is down: not an attempt of this address either
-            await LoginAttempt(refunds).arefund()
-            raise
-        return LoginAttempt(refunds)
+            await self.addresses.ahit(address)
+        return LoginAttempt(self.accounts, account, await self.accounts.ahit(account))
 
     def reset(self, account: str) -> None:
         """Forget the account's count, after a successful login. In memory only."""

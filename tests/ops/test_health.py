@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from aiorest import App, Server
+from aiorest import App, PostgresStore, Server, SessionMiddleware
 from aiorest.db import Database
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ async def test_healthz_and_readyz_with_the_database_up(database_url):
     Database(database_url, min_size=1, max_size=2).setup(app)
     async with serving(app, health=True) as session:
         assert (await get(session, "/healthz"))[::2] == (200, {"status": "ok"})
-        assert (await get(session, "/readyz"))[::2] == (200, {"status": "ready"})
+        assert (await get(session, "/readyz"))[::2] == (200, {"status": "ready", "checks": {"database": "ok"}})
         async with session.head("/healthz") as response:
             assert response.status == 200
 
@@ -58,6 +58,7 @@ async def test_readyz_is_200_while_every_connection_of_the_pool_is_busy(database
     app = App()
     db = Database(database_url, min_size=1, max_size=2, acquire_timeout=5)
     db.setup(app)
+    app.add_middleware(SessionMiddleware(PostgresStore(db)))  # a store on the same pool: not queued either
     async with serving(app, health=True) as session:
         release = asyncio.Event()
 
@@ -70,7 +71,8 @@ async def test_readyz_is_200_while_every_connection_of_the_pool_is_busy(database
         await asyncio.sleep(0.2)
         assert db.idle == 0 and db.in_use == 2
         # answered while both connections stay taken: not queued behind them (busy, not down)
-        assert (await get(session, "/readyz"))[::2] == (200, {"status": "ready"})
+        checks = {"database": "ok", "session store": "ok"}
+        assert (await get(session, "/readyz"))[::2] == (200, {"status": "ready", "checks": checks})
         assert db.in_use == 2
         release.set()
         await asyncio.gather(*holders)
@@ -85,6 +87,7 @@ async def test_readyz_is_503_when_the_database_is_unreachable_and_the_check_is_c
         status, headers, body = await get(session, "/readyz")
         assert (status, headers["Retry-After"]) == (503, "1")
         assert body["error"]["message"] == "not ready: the database is unreachable"
+        assert body["error"]["details"] == {"database": "unreachable"}
         assert "Traceback" not in str(body)
         # a storm of probes within the second: one check, the cached answer
         begin = time.monotonic()
@@ -158,7 +161,7 @@ async def test_the_probes_check_what_they_are_given_not_what_the_app_state_holds
     probes = HealthProbes(lambda: draining[0], database=app.database)
     app.add_route("GET", "/ready", probes.readyz)
     async with serving(app) as session:
-        assert (await get(session, "/ready"))[::2] == (200, {"status": "ready"})
+        assert (await get(session, "/ready"))[::2] == (200, {"status": "ready", "checks": {"database": "ok"}})
         draining[0] = True
         status, headers, body = await get(session, "/ready")
         assert status == 503 and "shutting down" in body["error"]["message"]

@@ -191,6 +191,10 @@ class RedisIdempotencyStore(IdempotencyStore):
         except self._client.unavailable as exc:
             raise HTTPServiceUnavailable(f"the idempotency store is unavailable: {type(exc).__name__}") from None
 
+    async def ping(self) -> None:
+        """Return when Redis answers, raise when it cannot (readiness: ``app.readiness``)."""
+        await self._client.ping()
+
     async def close(self) -> None:
         await self._client.close()
 
@@ -272,6 +276,10 @@ class PostgresIdempotencyStore(IdempotencyStore):
         self.idle_timeout = idle_timeout
         self.sweep_batch = sweep_batch
         self._sweep = Sweep("expired idempotency keys", sweep_every)
+
+    async def ping(self) -> None:
+        """Return when the database answers, raise when it cannot (readiness: ``app.readiness``)."""
+        await self.database.ping()
 
     async def begin(self, key: str, fingerprint: str, lease: float) -> Claim:
         opened: AbstractAsyncContextManager[Transaction] = self.database.transaction()

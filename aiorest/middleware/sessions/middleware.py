@@ -16,7 +16,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..._support.bursts import BurstLog, failing
@@ -114,6 +114,11 @@ class SessionMiddleware:
         self.httponly = httponly
         self.samesite = samesite
         self._opener = self._open  # bound once: what request.session calls
+
+    def readiness_checks(self) -> dict[str, Callable[[], Awaitable[object]]]:
+        """What ``/readyz`` checks for this middleware (the app collects it): its store, if it has a service."""
+        ping = getattr(self.store, "ping", None)
+        return {} if ping is None else {"session store": ping}
 
     async def __call__(self, request: Request, handler: Handler) -> Response:
         if not request.attach_session(self._opener):  # an outer one already serves this request
@@ -259,6 +264,10 @@ class RedisStore(SessionStore):
         """Close the client, if the store made it from a URL (``app.on_shutdown``)."""
         await self._client.close()
 
+    async def ping(self) -> None:
+        """Return when Redis answers, raise when it cannot (readiness, see :meth:`SessionMiddleware.readiness_checks`)."""
+        await self._client.ping()
+
     async def load(self, value: str, max_age: int) -> Session | None:
         if not _ID_RE.match(value):  # not one of our ids: no round trip for it
             return None
@@ -355,6 +364,10 @@ class PostgresStore(SessionStore):
         self.ttl = ttl
         self.purge_batch = purge_batch
         self._purge = Sweep("expired sessions", purge_every)
+
+    async def ping(self) -> None:
+        """Return when the database answers, raise when it cannot (readiness)."""
+        await self.database.ping()
 
     async def load(self, value: str, max_age: int) -> Session | None:
         if not _ID_RE.match(value):
