@@ -119,7 +119,8 @@ def load_scenario(cluster: Cluster, args: argparse.Namespace, out: Path) -> faul
             figures["socket_errors"] = sum(row["status"] == 0 for row in mine) - figures["timeouts"]
             figures["non_2xx"] = sum(row["status"] >= 300 for row in mine)
         raw.append(entry)
-        say(f"  {result.requests_per_sec:,.0f} req/s, {result.failures} failed, p99 {latency(result.p99_ms, LOCUST_RESOLUTION_MS)}; "
+        p99 = latency(result.p99_ms, LOCUST_RESOLUTION_MS)
+        say(f"  {result.requests_per_sec:,.0f} req/s, {result.failures} failed, p99 {p99}; "
             f"wrk /json {wrk_rps[-1] if wrk_rps else float('nan'):,.0f} req/s")  # fmt: skip
     (out / "load_raw.json").write_text(json.dumps(raw, indent=1))
     summary = compare.summarise_runs(raw, ["cluster"], [args.users])

@@ -262,7 +262,8 @@ def markdown(summary: dict, command: str, tool: str) -> str:
                 gen += f" (bound in {cell['generator_bound_runs']})"
             lines.append(
                 f"| {level} | {target} | {rps['mean']:,.0f} ± {rps['std']:,.0f} | {rps['ci_low']:,.0f}–"
-                f"{rps['ci_high']:,.0f} | {latency(cell['p50_ms'], resolution)} | {latency(cell['p99_ms'], resolution)} "
+                f"{rps['ci_high']:,.0f} | {latency(cell['p50_ms'], resolution)} "
+                f"| {latency(cell['p99_ms'], resolution)} "
                 f"| {cell['failure_rate']:.3%} "
                 f"({cell['failures']}) | {gen} | {lag_text} |"
             )

@@ -93,12 +93,16 @@ def figures(monkeypatch: pytest.MonkeyPatch) -> dict[str, Figure]:
 
 def test_every_figure_names_its_endpoint_its_units_and_its_rounds(figures, tmp_path):
     written = plot(summary(), tmp_path, "wrk")
-    assert sorted(written) == sorted(figures) == [
-        "failures_vs_users.png",
-        "p99_vs_users.png",
-        "throughput_bars.png",
-        "throughput_vs_users.png",
-    ]
+    assert (
+        sorted(written)
+        == sorted(figures)
+        == [
+            "failures_vs_users.png",
+            "p99_vs_users.png",
+            "throughput_bars.png",
+            "throughput_vs_users.png",
+        ]
+    )
     assert all((tmp_path / name).stat().st_size > 0 for name in written)
     for name, figure in figures.items():
         (axes,) = figure.axes

@@ -13,7 +13,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name)
-        return libc.malloc_trim  # type: ignore[no-any-return]
+        return libc.malloc_trim
     except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS): nothing to give back this way
         return None
 

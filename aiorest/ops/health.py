@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..http.exceptions import HTTPServiceUnavailable
@@ -84,13 +84,14 @@ class HealthProbes:
 
     ``draining``: whether the server is shutting down (``/readyz`` then answers
     503). ``database``: the ``aiorest.db.Database`` ``/readyz`` checks,
-    None for none; the app's other services are in ``app.readiness``.
+    None for none. ``checks``: the app's other services by name (``app.readiness.checks``, read at each call).
     """
 
     def __init__(
         self,
         draining: Callable[[], bool],
         database: Any = None,
+        checks: Mapping[str, Callable[[], Awaitable[object]]] | None = None,
         *,
         timeout: float = 1.0,
         cache_for: float = 1.0,
@@ -100,6 +101,7 @@ class HealthProbes:
         self.timeout = timeout
         self.cache_for = cache_for
         self._database = None if database is None else _Probe("database", database.ping, timeout, cache_for)
+        self.checks = checks if checks is not None else {}  # the app's (app.readiness), read at each /readyz
         self._probes: dict[str, _Probe] = {}  # the app's checks, by name
 
     def routes(self) -> list[Route]:
@@ -112,7 +114,7 @@ class HealthProbes:
         if self.draining():
             raise HTTPServiceUnavailable("not ready: the server is shutting down", retry_after=1)
         probes = [] if self._database is None else [self._database]
-        probes += [self._probe(name, check) for name, check in request.app.readiness.checks.items()]
+        probes += [self._probe(name, check) for name, check in self.checks.items()]
         states = await asyncio.gather(*(probe.ready() for probe in probes))
         checks = {probe.name: "ok" if ok else "unreachable" for probe, ok in zip(probes, states, strict=True)}
         down = [f"the {name}" for name, state in checks.items() if state != "ok"]

@@ -96,7 +96,9 @@ class Server:
             else None
         )
         self._state.cancel_on_disconnect = config.cancel_on_disconnect
-        self.health = HealthProbes(lambda: self._state.draining, app.database) if config.health else None
+        self.health = (
+            HealthProbes(lambda: self._state.draining, app.database, app.readiness.checks) if config.health else None
+        )
         self.metrics: Metrics | None = None
         if config.metrics:
             from ..ops.metrics import Metrics  # imports prometheus_client: only when asked for

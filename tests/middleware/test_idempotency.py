@@ -331,7 +331,7 @@ async def test_the_fingerprint_is_the_resolved_route_the_body_and_the_preconditi
         async with client.patch(path, json={"done": True}, headers={**headers, **changed}) as other:
             assert other.status == 422, (path, changed)  # another request under the key: never the first's answer
             assert "another request" in (await other.json())["error"]["message"]
-    assert runs == ["patch 7 \"1\""]
+    assert runs == ['patch 7 "1"']
 
 
 async def test_answers_with_credentials_are_never_kept_and_exempt_routes_never_keyed(

@@ -69,7 +69,7 @@ def test_a_full_table_forgets_the_key_whose_window_began_first() -> None:
     assert len(limit) == 1
 
 
-async def test_in_a_store_refused_attempts_leave_no_key_and_a_full_limit_makes_room(store: LimitStore) -> None:
+async def test_in_a_store_refused_attempts_leave_no_key_and_a_full_limit_makes_room(store: LimitStore) -> None:  # noqa: F811
     limiter = LoginRateLimiter(per_account=(1, 60), per_address=(3, 60), max_entries=5, store=store, name="lockout")
     for i in range(3):
         with pytest.raises(HTTPServiceUnavailable):

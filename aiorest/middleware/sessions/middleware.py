@@ -265,7 +265,7 @@ class RedisStore(SessionStore):
         await self._client.close()
 
     async def ping(self) -> None:
-        """Return when Redis answers, raise when it cannot (readiness, see :meth:`SessionMiddleware.readiness_checks`)."""
+        """Return when Redis answers, raise when it cannot (see :meth:`SessionMiddleware.readiness_checks`)."""
         await self._client.ping()
 
     async def load(self, value: str, max_age: int) -> Session | None:
