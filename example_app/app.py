@@ -73,9 +73,7 @@ def create_app(database: Database | None = None) -> App:
     # kept answer commit in one transaction, so a client may retry a write that got 502 from a
     # host that died. Only the notes are keyed: the users' routes hand out sessions and tokens,
     # which no store may keep and no replay may hand out again.
-    keys = PostgresIdempotencyStore(database)
-    app.readiness.add("idempotency store", keys.ping)
-    idempotency = Idempotency(keys, scope=user_scope)
+    idempotency = Idempotency(PostgresIdempotencyStore(database), scope=user_scope)
     accounts = Router(middleware=[SessionMiddleware(sessions), users.auth(database)])
     accounts.include(users.router)
     keyed = Router(middleware=[idempotency])

@@ -137,6 +137,11 @@ class Idempotency:
         # The keyed requests between this middleware's two places (see for_route): as many as run.
         self._pending: dict[Request, _Pending] = {}
 
+    def readiness_checks(self) -> dict[str, Callable[[], Awaitable[object]]]:
+        """What ``/readyz`` checks for this middleware (the app collects it): its store, if it has a service."""
+        ping = getattr(self.store, "ping", None)
+        return {} if ping is None else {"idempotency store": ping}
+
     def for_route(self, route: Route) -> tuple[Middleware | None, Middleware | None]:
         """What the App chains on ``route``: this middleware in its place, and its part next to the handler.
 
