@@ -96,7 +96,22 @@ def private() -> Iterator[Path]:
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, folder / name)
     yield folder
+    for pid_file in folder.rglob("nginx.pid"):  # an nginx a recipe started, as a daemon: `nginx -s quit`
+        if pid_file.read_text().strip().isdigit():  # (`nginx -t` leaves it empty)
+            stop_daemon(int(pid_file.read_text()))
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def stop_daemon(pid: int, timeout: float = 10) -> None:
+    """SIGQUIT a daemon (not our child: it forked away), SIGKILL it if it is still there after ``timeout`` s."""
+    sig, deadline = signal.SIGQUIT, time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists():
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+        sig = signal.SIGKILL if time.monotonic() > deadline else 0
 
 
 def localize(line: str, private: Path, port: int) -> str:
@@ -201,7 +216,6 @@ def test_dedicated_nginx_recipe_serves(private: Path, nginx_binary: str) -> None
     [run] = [c for c in commands("deploy/README.md") if how(c.line) == "served" and "$PREFIX" in before(c)[-1].line]
     port = free_port()
     run_before(run, private, port)  # makes $PREFIX, writes its configuration, starts nginx (as a daemon)
-    pid_file = private / "srv/aiorest-nginx/logs/nginx.pid"
     line = localize(run.line, private, port)
     server = Serving(line, private)
     try:
@@ -210,8 +224,6 @@ def test_dedicated_nginx_recipe_serves(private: Path, nginx_binary: str) -> None
         assert (status, body) == (200, b'{"ok":true}')
     finally:
         server.stop()
-        if pid_file.exists():  # the nginx this test started, by its own pid file: `nginx -s quit`
-            os.kill(int(pid_file.read_text()), signal.SIGQUIT)
 
 
 def test_distribution_nginx_file_passes_nginx_t(private: Path, nginx_binary: str) -> None:
