@@ -46,7 +46,15 @@ ELSEWHERE = {
         "other hosts' PostgreSQL and Redis (10.0.0.5, 10.0.0.6), never a target from here"
     ),
 }
-MYAPP = 'from aiorest import App\n\napp = App()\n\n\n@app.get("/")\nasync def index(request):\n    return {"ok": True}\n'
+MYAPP = """from aiorest import App
+
+app = App()
+
+
+@app.get("/")
+async def index(request):
+    return {"ok": True}
+"""
 
 
 def how(part: str) -> str:
@@ -199,7 +207,7 @@ def test_quickstart_curl_prints_its_sample_output(private: Path) -> None:
             printed = shell(localize(curl.line, private, port), private).stdout.replace("\r\n", "\n").splitlines()
             sample = "\n".join(curl.output).strip().splitlines()
             if "-i" in curl.words:  # the values of Date and X-Request-ID change, the lines do not
-                printed, sample = ([re.sub(r"^(Date|X-Request-ID): .*", r"\1:", line) for line in x] for x in (printed, sample))
+                printed, sample = ([re.sub(r"^(Date|X-Request-ID): .*", r"\1:", ln) for ln in x] for x in (printed, sample))
             assert printed == sample, curl
     finally:
         server.stop()
