@@ -1,9 +1,9 @@
 """Each shell command of README.md, deploy/README.md, the quickstart and the deployment pages works as written.
 
 The commands are read from the pages (tests/docs_commands.py), so a page edited
-is a test changed. What can be run here cheaply is run: ``aiorest run`` serves
-until SIGTERM, the quickstart's ``curl`` prints its sample output, the
-dedicated nginx recipe serves through a real nginx. The rest is checked (the
+is a test changed. What can be run here cheaply is run: ``aiorest run`` and
+``python -m example_app`` serve until SIGTERM, the quickstart's ``curl`` prints
+its sample output, the dedicated nginx recipe serves through a real nginx. The rest is checked (the
 extras an install names exist) or named in ``ELSEWHERE`` with where it is run,
 or why it is not; a command that fits no rule fails the first test.
 
@@ -37,7 +37,6 @@ from tests.docs_commands import ROOT, Command, before, commands, every_command
 
 #: Commands not run by this module, by a pattern of the command: where they are run, or why not.
 ELSEWHERE = {
-    r"python -m example_app": "tests/test_example_app.py serves the example app",
     r"python -m pytest -q": "the suite itself",
     r"sphinx-build -W --keep-going -n -b html docs docs/_build/html": "tests/test_docs.py builds the docs so",
     r"nginx -t": "the system's nginx: test_distribution_nginx_file_passes_nginx_t runs it on the file written",
@@ -57,6 +56,10 @@ async def index(request):
 """
 
 
+#: Header lines of a sample output whose values differ from run to run.
+VARYING = re.compile(r"^(Date|X-Request-ID): .*")
+
+
 def how(part: str) -> str:
     """What this module does with one command (one part of an ``&&`` chain)."""
     for pattern, reason in ELSEWHERE.items():
@@ -65,7 +68,10 @@ def how(part: str) -> str:
     program = Command("", part, 0).program
     if program == "pip" or re.fullmatch(r"[A-Z_]+=\S+", part.strip()):
         return "checked" if program == "pip" else "run with its block"
-    if " ".join(shlex.split(part, comments=True)[:2]) == "aiorest run" or "python -m aiorest run" in part:
+    words = shlex.split(part, comments=True)
+    if words[:2] == ["aiorest", "run"] or words[:4] == ["python", "-m", "aiorest", "run"]:
+        return "served"
+    if words == ["python", "-m", "example_app"]:  # its private PostgreSQL, migrations and seed included
         return "served"
     if program in ("mkdir", "cp", "sed", "nginx", "curl"):
         return "run with its block"
@@ -177,15 +183,16 @@ class Serving:
         return stop_process(self.process, 45, signal.SIGTERM)
 
 
-def served() -> list[Command]:
-    return [command for command in every_command() if how(command.line) == "served"]
+def served() -> list[tuple[Command, str]]:
+    """Each command that serves, with the part of its ``&&`` chain that does."""
+    return [(c, part) for c in every_command() for part in c.line.split(" && ") if how(part) == "served"]
 
 
-@pytest.mark.parametrize("command", served(), ids=[f"{c.page}:{c.line[:60]}" for c in served()])
-def test_aiorest_run_serves_as_written(command: Command, private: Path) -> None:
+@pytest.mark.parametrize(("command", "part"), served(), ids=[f"{c.page}:{part[:60]}" for c, part in served()])
+def test_each_served_command_serves_until_sigterm(command: Command, part: str, private: Path) -> None:
     port = free_port()
     run_before(command, private, port)
-    line = localize(command.line, private, port)
+    line = localize(part, private, port)
     unix = re.search(r"--unix (\S+)", line)
     server = Serving(line, private)
     try:
@@ -207,7 +214,7 @@ def test_quickstart_curl_prints_its_sample_output(private: Path) -> None:
             printed = shell(localize(curl.line, private, port), private).stdout.replace("\r\n", "\n").splitlines()
             sample = "\n".join(curl.output).strip().splitlines()
             if "-i" in curl.words:  # the values of Date and X-Request-ID change, the lines do not
-                printed, sample = ([re.sub(r"^(Date|X-Request-ID): .*", r"\1:", ln) for ln in x] for x in (printed, sample))
+                printed, sample = ([VARYING.sub(r"\1:", ln) for ln in lines] for lines in (printed, sample))
             assert printed == sample, curl
     finally:
         server.stop()

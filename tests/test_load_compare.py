@@ -125,7 +125,9 @@ def test_the_readmes_quick_comparison_runs_with_no_database_given(tmp_path):
     env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
     command = [*shlex.split(quick, comments=True), "--out", str(tmp_path)]  # not load/out/ of the checkout
     assert command[:4] == ["python", "-m", "load", "compare"]
-    done = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, *command[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "embedded PostgreSQL" in done.stderr
     assert "[6/6] round 3/3" in done.stderr  # both targets, three rounds
