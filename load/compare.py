@@ -30,8 +30,17 @@ from .targets import TARGETS, RunningServer, ServerError
 OUT = Path(__file__).resolve().parent / "out"
 
 
+#: ``--quick``: a look at the whole output in about half a minute (three rounds: the fewest whose CIs say something).
+QUICK = {"users": "10", "duration": 2, "warmup": 1, "rounds": 3, "pool": 4}
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m load compare", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a short run showing the whole output: " + " ".join(f"--{k} {v}" for k, v in QUICK.items()),
+    )
     parser.add_argument("--targets", default="aiorest,threaded", help=f"comma-separated: {', '.join(TARGETS)}")
     parser.add_argument("--users", default="10,100,1000", help="load levels: locust users or wrk connections")
     parser.add_argument("--flow", choices=sorted(FLOWS), default="tfb")
@@ -49,8 +58,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--queries", type=int, default=20, help="N for /queries and /updates")
     parser.add_argument("--paths", help="wrk only: comma-separated paths instead of the flow's, e.g. /db")
     parser.add_argument("--think", default="0,0", help="locust think time, min,max seconds")
-    parser.add_argument("--dsn", help="a PostgreSQL URL for a migrated database (default $DATABASE_URL)")
+    parser.add_argument(
+        "--dsn", help="a PostgreSQL URL (default $DATABASE_URL; without either, a private PostgreSQL is started)"
+    )
     parser.add_argument("--out", type=Path, default=OUT)
+    if parser.parse_known_args(argv)[0].quick:  # its values are defaults: an option given still wins
+        parser.set_defaults(**QUICK)
     return parser.parse_args(argv)
 
 
@@ -60,7 +73,10 @@ def check_database(dsn: str | None) -> str:
 
     dsn = dsn or os.environ.get("DATABASE_URL")
     if not dsn:
-        raise SystemExit("no database: pass --dsn postgresql://... or set DATABASE_URL")
+        from example_app.__main__ import embedded_postgres_url
+
+        print("no --dsn or DATABASE_URL: starting an embedded PostgreSQL (pgserver)", file=sys.stderr, flush=True)
+        dsn = embedded_postgres_url()  # stopped when this process exits
     try:
         psycopg2.connect(dsn, connect_timeout=5).close()
     except psycopg2.Error as exc:

@@ -24,6 +24,7 @@ _SLOW_MODULES = frozenset(
         "tests/test_bench.py",
         "tests/test_cluster.py",
         "tests/test_docs.py",
+        "tests/test_docs_commands.py",
         "tests/test_load_compare.py",
         "tests/test_nginx.py",
         "tests/test_pgbouncer.py",

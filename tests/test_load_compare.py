@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import re
+import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -109,6 +113,29 @@ def test_compare_smoke_run_writes_every_output(tool, flow, shared_database_url, 
         assert endpoints["/notes?limit=10"]["aiorest"]["timeouts"] == 0
     for png in ("throughput_bars.png", "throughput_vs_users.png", "failures_vs_users.png", "p99_vs_users.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+
+
+def test_the_readmes_quick_comparison_runs_with_no_database_given(tmp_path):
+    """load/README.md's quick command, as written: it starts its own PostgreSQL and shows the whole output."""
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk is not installed (apt-get install -y wrk)")
+    readme = (ROOT / "load" / "README.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", readme, re.DOTALL)
+    [quick] = [line for block in blocks for line in block.splitlines() if "--quick" in line]
+    env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    command = [*shlex.split(quick, comments=True), "--out", str(tmp_path)]  # not load/out/ of the checkout
+    assert command[:4] == ["python", "-m", "load", "compare"]
+    done = subprocess.run(
+        [sys.executable, *command[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "embedded PostgreSQL" in done.stderr
+    assert "[6/6] round 3/3" in done.stderr  # both targets, three rounds
+    assert re.search(r"\| 10 \| \*\*aiorest/threaded\*\* \| \*\*\d+\.\d\d×\*\*", done.stdout), done.stdout
+    [out] = list(tmp_path.iterdir())
+    assert f"written to {out}: raw.json summary.json summary.md throughput_bars.png" in done.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["lost_runs"] == [] and summary["cells"]["10"]["threaded"]["failures"] == 0
 
 
 def test_compare_refuses_a_missing_database(tmp_path):

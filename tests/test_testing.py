@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import aiohttp
@@ -21,7 +25,8 @@ from aiorest.testing import AiorestTestServer, TestClient
 
 pytest_plugins = ["pytester"]
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "docs" / "examples"
 #: pytester's inner runs: the settings of aiorest's own suite; only the plugins they need.
 INI = """
 [pytest]
@@ -298,6 +303,25 @@ async def test_aiohttp_server_takes_an_aiorest_app(aiohttp_server, aiohttp_clien
 
 
 # -- in a pytest session of its own ------------------------------------------------------------
+
+
+def test_the_testing_pages_examples_pass_in_a_project_with_no_settings(tmp_path):
+    """docs/testing.rst's examples copied into a new project: no pytest settings, pytest-asyncio's strict mode.
+
+    A subprocess in a directory of its own, so no ini file or conftest.py of aiorest's applies; the
+    plugins are the installed ones, loaded from their entry points (aiorest's from this checkout).
+    """
+    for name in ("test_ping.py", "test_ping_aiohttp.py"):
+        shutil.copy(EXAMPLES / name, tmp_path / name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = str(ROOT)
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-W", "error", "-v"]
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rootdir: " + str(tmp_path) in result.stdout and "configfile" not in result.stdout
+    assert "asyncio: mode=Mode.STRICT" in result.stdout  # pytest-asyncio's default: nothing was set
+    assert re.search(r"^plugins: .*aiorest-", result.stdout, re.MULTILINE)  # the plugin, from its entry point
+    assert "5 passed" in result.stdout
 
 
 def test_docs_testing_examples_pass_under_pytest_aiohttp(pytester):

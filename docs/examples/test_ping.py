@@ -1,7 +1,12 @@
 """Testing an app: the aiorest_client fixture, and TestClient on its own."""
 
+import pytest
+
 from aiorest import App, Request
 from aiorest.testing import TestClient
+
+# pytest-asyncio runs the async tests of this module: no setting needed (see "Settings for pytest-asyncio").
+pytestmark = pytest.mark.asyncio
 
 app = App()
 

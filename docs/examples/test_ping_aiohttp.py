@@ -1,7 +1,12 @@
 """Testing an app with pytest-aiohttp: its aiohttp_client fixture takes an aiorest App."""
 
+import pytest
+
 from aiorest import App, Limits, Request
 from aiorest.testing import AiorestTestServer
+
+# pytest-asyncio runs the async tests of this module: no setting needed (see "Settings for pytest-asyncio").
+pytestmark = pytest.mark.asyncio
 
 app = App()
 
