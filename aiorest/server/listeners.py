@@ -36,6 +36,11 @@ def bind_unix(path: str, mode: int, backlog: int) -> socket.socket:
         sock.bind(path)
         os.chmod(path, mode)
         sock.listen(backlog)
+    except OSError as exc:
+        sock.close()
+        if exc.filename is None:  # bind names no file: "No such file or directory", but which?
+            raise type(exc)(exc.errno, exc.strerror, path) from None
+        raise
     except BaseException:
         sock.close()
         raise

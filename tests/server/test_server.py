@@ -313,6 +313,13 @@ async def test_a_file_in_the_unix_sockets_place_is_left_alone(tmp_path):
     assert path.read_text() == "not a socket"
 
 
+async def test_a_unix_socket_in_a_missing_folder_names_its_path(tmp_path):
+    # "startup failed: FileNotFoundError: [Errno 2] No such file or directory": which file, the log did not say.
+    path = tmp_path / "missing" / "aiorest.sock"
+    with pytest.raises(FileNotFoundError, match=str(path)):
+        await Server(make_app(), unix=str(path)).start()
+
+
 async def test_stop_leaves_a_unix_socket_bound_since_by_another_server(tmp_path):
     # A new server started on the path while this one drains (a restart that overlaps):
     # this one's stop must not remove the file the new one serves.
