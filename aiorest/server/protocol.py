@@ -74,7 +74,7 @@ class HttpProtocol(asyncio.Protocol):
         conn.on_ready(self._driver.process)
         # asyncio hands each read to the connection itself, which calls the driver once it is parsed:
         # one Python call a read fewer than a method here that passes it on.
-        self.data_received = conn.receive_data  # type: ignore[method-assign]  # on purpose, see above
+        self.data_received = conn.receive_data  # type: ignore[method-assign,assignment]  # on purpose, see above
         self.transport: asyncio.Transport | None = None
         self.peername: Any = None
         self.closed = False

@@ -504,9 +504,9 @@ def test_transitions_follow_the_table_through_a_whole_exchange():
 
 
 def test_the_connection_knows_no_event_loop():
-    from aiorest.server._h1 import connection, heads, states
+    from aiorest.server._h1 import body, broken, connection, heads, reader, states
 
-    for module in (connection, heads, states):
+    for module in (connection, reader, heads, body, broken, states):
         with open(module.__file__, encoding="utf-8") as source:
             assert "asyncio" not in source.read(), module.__name__
 

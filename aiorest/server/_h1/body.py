@@ -10,7 +10,7 @@ from ...http import exceptions as errors
 from ...http.exceptions import HTTPError
 from ...http.limits import Limits
 from ...http.request import Request
-from .heads import StopParsing
+from .broken import StopParsing
 from .states import Clock
 
 __all__ = ["BodyIntake", "BodyMemory", "MAX_CHUNK_EXTENSIONS"]
@@ -132,6 +132,10 @@ class BodyIntake:
         if self._framing - _CHUNK_FRAMING * self.chunks > MAX_CHUNK_EXTENSIONS:
             return errors.HTTPPayloadTooLarge(f"request chunk extensions exceed {MAX_CHUNK_EXTENSIONS} bytes")
         return None
+
+    def on_chunk_header(self) -> None:
+        """llhttp's callback, called here directly (see H1Connection): a chunk of the body begins."""
+        self.chunks += 1
 
     def complete(self, error: BaseException | None = None) -> Request | None:
         """The body ended (with ``error``, if it failed): the request it belonged to, if any."""
