@@ -14,7 +14,7 @@ One HttpProtocol per connection, holding three things, one concern each:
 
 The protocol and the connection talk through method calls and the
 connection's public attributes (``queue``, ``want_read``, ``send_state``).
-The app is seen only through ``ServedApp`` (driving.py), the interface App provides.
+The app is seen only through ``ServedApp`` (interfaces.py), the interface App provides.
 
 Deadlines are timestamps, checked once a second by ServerState, never timers
 per request; H1Connection.check_deadline says which one applies.
@@ -31,8 +31,9 @@ from ..http.exceptions import ClientDisconnected, HTTPServiceUnavailable
 from ..http.limits import Limits
 from ._h1 import H1Connection, Timeout
 from ._h1.connection import CLOSE
-from .driving import HandlerDriver, ServedApp
-from .state import ServerState
+from .driving import HandlerDriver
+from .interfaces import ServedApp
+from .shared import ServerState
 from .writing import write_error
 
 if TYPE_CHECKING:
