@@ -2,10 +2,11 @@
 
 One HttpProtocol per connection, holding three things, one concern each:
 
-    _h1/         H1Connection: the protocol state without I/O -- llhttp's
-                 callbacks, bytes -> Requests queued in arrival order
-                 (pipelining), framing, limits, keep-alive and the close
-                 decision, deadlines; its states and their transitions are data
+    _h1/         H1Connection: the protocol state without I/O -- its
+                 HeadReader turns bytes into Requests queued in arrival
+                 order (pipelining), with the heads' limits and deadlines;
+                 BodyIntake takes bodies; the state machine decides
+                 keep-alive, flow control and the close; states are data
     protocol.py  this module: the transport, applying the connection's
                  decisions (pause/resume reading, close, a 408), drain, the
                  once-a-second deadline tick, the body source of its requests
@@ -16,7 +17,7 @@ The protocol and the connection talk through method calls and the
 connection's public attributes (``queue``, ``want_read``, ``send_state``).
 The app is seen only through ``ServedApp`` (interfaces.py), the interface App provides.
 
-Deadlines are timestamps, checked once a second by ServerState, never timers
+Deadlines are timestamps, checked once a second by ServerState (shared.py), never timers
 per request; H1Connection.check_deadline says which one applies.
 """
 
