@@ -7,8 +7,8 @@ writers (writing.py). The common answers (a dict, a small plain Response) are
 written and finished in ``_handle`` itself; the rest go through ``_respond``.
 
 It is an object of its own beside the asyncio protocol (protocol.py), which it
-sees through ``Wire``: the transport, whether it is closed or paused, and the
-flow-control calls. The protocol state (the queue, the close decision,
+sees through ``TransportSide`` (interfaces.py): whether the transport is closed
+or paused, and the flow-control calls. The protocol state (the queue, the close decision,
 flow-control decisions) is the H1Connection's, reached through its methods.
 """
 
@@ -19,23 +19,24 @@ import contextvars
 import logging
 import time
 import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from collections.abc import Awaitable, Coroutine, Generator
 from contextvars import copy_context
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..http.exceptions import HTTPError
-from ..http.request import AppInterface, Request
+from ..http.request import Request
 from ..http.requestid import request_id_var, request_numbers, valid_request_id
-from ..http.response import Response, StreamResponse, error_response, to_response
+from ..http.response import StreamResponse, error_response, to_response
 from ._h1 import ANSWERING, IDLE, H1Connection
-from .state import ServerState
+from .interfaces import ServedApp, TransportSide
+from .shared import ServerState
 from .stepping import DONE, INLINE, forget_cancels, resume, run_task, step, stepping
 from .writing import short_answer, write_response, write_stream
 
 if TYPE_CHECKING:
     from ..http.forwarded import TrustedProxies
 
-__all__ = ["HandlerDriver", "ServedApp", "Wire"]
+__all__ = ["HandlerDriver"]
 
 logger = logging.getLogger("aiorest.error")
 
@@ -43,38 +44,6 @@ _monotonic = time.monotonic
 # Called by name, not as request_id_var.set(...): about 480 instructions a request fewer
 # (measured with bench.instructions on Python 3.11).
 _set_request_id = request_id_var.set
-
-Endpoint = Callable[[Request], Awaitable[Any]]
-
-
-class ServedApp(AppInterface, Protocol):
-    """What a connection needs of the app it serves; :class:`App` provides it."""
-
-    def static_endpoints(self) -> Mapping[str, Mapping[str, Endpoint]]:
-        """Path → method → endpoint of the routes without parameters, once the app started:
-        the server keeps it (``ServerState.static_endpoints``) for its first lookup."""
-        ...
-
-    def begin(self, request: Request) -> Awaitable[Any]:
-        """Route ``request`` and start its endpoint; routing errors raise HTTPError."""
-        ...
-
-    def handle_exception(self, request: Request, exc: BaseException) -> Coroutine[Any, Any, Response]:
-        """The response for an exception a handler raised; never raises."""
-        ...
-
-
-class Wire(Protocol):
-    """What the driver needs of the asyncio side of its connection (``HttpProtocol``)."""
-
-    closed: bool  # the transport is gone
-    reading_paused: bool
-    writing_paused: bool  # the client does not read: answer nothing more for now
-
-    def pause_reading(self) -> None: ...
-    def resume_reading(self) -> None: ...
-    def close(self) -> None: ...
-    async def drain(self) -> None: ...
 
 
 class HandlerDriver:
@@ -90,7 +59,7 @@ class HandlerDriver:
         "_loop",
         "_conn",
         "_queue",
-        "_wire",
+        "_side",
         "_transport",
         "_trusted_proxies",
         "current",
@@ -104,7 +73,12 @@ class HandlerDriver:
     )
 
     def __init__(
-        self, app: ServedApp, state: ServerState, conn: H1Connection, wire: Wire, loop: asyncio.AbstractEventLoop
+        self,
+        app: ServedApp,
+        state: ServerState,
+        conn: H1Connection,
+        side: TransportSide,
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
         self._app = app
         self._static_endpoints = state.static_endpoints  # the server's, kept here: one lookup fewer
@@ -115,7 +89,7 @@ class HandlerDriver:
         self._loop = loop
         self._conn = conn
         self._queue = conn.queue  # the connection's, kept here: one lookup fewer a request
-        self._wire = wire
+        self._side = side  # the asyncio side of the connection
         self._transport: asyncio.Transport | None = None
         # The server's trusted proxies when the peer is one of them (decided once, in connection_made).
         self._trusted_proxies: TrustedProxies | None = None
@@ -153,13 +127,13 @@ class HandlerDriver:
         """Answer queued requests in order while none is in progress."""
         queue = self._queue
         conn = self._conn
-        wire = self._wire
-        if not conn.want_read and not wire.reading_paused:
-            wire.pause_reading()  # the connection's flow decision: a full pipeline or body buffer
+        side = self._side
+        if not conn.want_read and not side.reading_paused:
+            side.pause_reading()  # the connection's flow decision: a full pipeline or body buffer
         # While the client does not read, answer nothing more: responses would
         # pile up in the transport's buffer without bound.
         # The loop's test is also how it ends, usually on an empty queue: that first.
-        while queue and self.current is None and not wire.closed and not wire.writing_paused:
+        while queue and self.current is None and not side.closed and not side.writing_paused:
             request = self.current = queue[0]
             # Its id: the one a trusted proxy sent, if it is a good one, else a new number
             # (formatted only where it is shown: see requestid.py).
@@ -203,7 +177,7 @@ class HandlerDriver:
         send_state = conn.send_state
         if send_state is not IDLE and send_state is not ANSWERING and self.current is None and not queue:
             if not self.grace or conn.stopped:
-                wire.close()
+                side.close()
 
     # Every handler runs inside a Task from its first line; how, stepping.py says.
     # On the inline path the connection keeps one Task, _serve: _process runs the
@@ -222,7 +196,7 @@ class HandlerDriver:
             # Cancelled before its first step (the loop closing, say): nothing answered it.
             self.current = None
             self._conn.abandon()
-            self._wire.close()
+            self._side.close()
             return
         self.process()
 
@@ -245,7 +219,7 @@ class HandlerDriver:
             while True:
                 suspended = self._suspended
                 if suspended is None:
-                    if self._wire.closed:
+                    if self._side.closed:
                         return
                     wake = self._wake = loop.create_future()
                     try:
@@ -284,12 +258,12 @@ class HandlerDriver:
             self._runner = None
         # _serve returns only once the connection is closed; anything else is a bug
         # of ours, or a cancellation that reached the Task before its first step.
-        if not self._wire.closed and (self.current is not None or self._suspended is not None):
+        if not self._side.closed and (self.current is not None or self._suspended is not None):
             if not runner.cancelled() and runner.exception() is not None:
                 logger.error("the connection's task failed", exc_info=runner.exception())
             self._suspended = None
             self.current = None
-            self._wire.close()
+            self._side.close()
 
     # A generator-based coroutine, not an async def: _process steps it with
     # next() as it is, where a native coroutine needs its __await__() wrapper
@@ -316,8 +290,8 @@ class HandlerDriver:
                         self._access_log.log_message(request, message, self._started)
                     # _finish, for a connection that stays open
                     self.current = None
-                    if conn.finish_kept(request) and self._wire.reading_paused:
-                        self._wire.resume_reading()
+                    if conn.finish_kept(request) and self._side.reading_paused:
+                        self._side.resume_reading()
                     return
             stream = self._respond(request, result)
             if stream is not None:
@@ -335,14 +309,14 @@ class HandlerDriver:
         request.keep_alive = False
         self.current = None
         self._conn.abandon()
-        self._wire.close()
+        self._side.close()
 
     def _finish(self, request: Request) -> None:
         self.current = None
         if not self._conn.finish(request):
-            self._wire.close()
-        elif self._wire.reading_paused and self._conn.want_read:
-            self._wire.resume_reading()
+            self._side.close()
+        elif self._side.reading_paused and self._conn.want_read:
+            self._side.resume_reading()
 
     def _respond(self, request: Request, result: Any) -> Coroutine[Any, Any, None] | None:
         """Write the response; a StreamResponse gives back the coroutine that streams it.
@@ -352,7 +326,7 @@ class HandlerDriver:
         try:
             response = to_response(result)
             if isinstance(response, StreamResponse):
-                if not self._wire.closed:
+                if not self._side.closed:
                     return self._stream(request, response)
                 body: bytes | bytearray | memoryview = b""
             else:
@@ -361,7 +335,7 @@ class HandlerDriver:
             logger.error("cannot send the response to %s %s", request.method, request.path, exc_info=exc)
             response = error_response(HTTPError())
             body = response.render(self._codec)
-        if not self._wire.closed:
+        if not self._side.closed:
             assert self._transport is not None
             sent = write_response(
                 self._transport,
@@ -387,7 +361,7 @@ class HandlerDriver:
             sent = await write_stream(
                 transport,
                 response,
-                self._wire.drain,
+                self._side.drain,
                 chunked=chunked,
                 head_request=request.method == "HEAD",
                 header_lines=self._state.header_lines,

@@ -2,10 +2,11 @@
 
 One HttpProtocol per connection, holding three things, one concern each:
 
-    _h1/         H1Connection: the protocol state without I/O -- llhttp's
-                 callbacks, bytes -> Requests queued in arrival order
-                 (pipelining), framing, limits, keep-alive and the close
-                 decision, deadlines; its states and their transitions are data
+    _h1/         H1Connection: the protocol state without I/O -- its
+                 HeadReader turns bytes into Requests queued in arrival
+                 order (pipelining), with the heads' limits and deadlines;
+                 BodyIntake takes bodies; the state machine decides
+                 keep-alive, flow control and the close; states are data
     protocol.py  this module: the transport, applying the connection's
                  decisions (pause/resume reading, close, a 408), drain, the
                  once-a-second deadline tick, the body source of its requests
@@ -14,9 +15,9 @@ One HttpProtocol per connection, holding three things, one concern each:
 
 The protocol and the connection talk through method calls and the
 connection's public attributes (``queue``, ``want_read``, ``send_state``).
-The app is seen only through ``ServedApp`` (driving.py), the interface App provides.
+The app is seen only through ``ServedApp`` (interfaces.py), the interface App provides.
 
-Deadlines are timestamps, checked once a second by ServerState, never timers
+Deadlines are timestamps, checked once a second by ServerState (shared.py), never timers
 per request; H1Connection.check_deadline says which one applies.
 """
 
@@ -31,8 +32,9 @@ from ..http.exceptions import ClientDisconnected, HTTPServiceUnavailable
 from ..http.limits import Limits
 from ._h1 import H1Connection, Timeout
 from ._h1.connection import CLOSE
-from .driving import HandlerDriver, ServedApp
-from .state import ServerState
+from .driving import HandlerDriver
+from .interfaces import ServedApp
+from .shared import ServerState
 from .writing import write_error
 
 if TYPE_CHECKING:
@@ -74,7 +76,7 @@ class HttpProtocol(asyncio.Protocol):
         conn.on_ready(self._driver.process)
         # asyncio hands each read to the connection itself, which calls the driver once it is parsed:
         # one Python call a read fewer than a method here that passes it on.
-        self.data_received = conn.receive_data  # type: ignore[method-assign]  # on purpose, see above
+        self.data_received = conn.receive_data  # type: ignore[method-assign,assignment]  # on purpose, see above
         self.transport: asyncio.Transport | None = None
         self.peername: Any = None
         self.closed = False

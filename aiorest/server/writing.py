@@ -18,7 +18,7 @@ from ..http import requestid
 from ..http.exceptions import ClientDisconnected, HTTPError
 from ..http.jsoncodec import JSONCodec
 from ..http.response import Response, StreamResponse, error_response
-from .state import ServerState
+from .shared import ServerState
 from .wire import CONTENT_TYPE_LINES, STATUS_BYTES, STATUS_LINES, content_type_line
 
 __all__ = ["CLOSE", "KEEP_ALIVE", "short_answer", "response_head", "write_response", "write_stream", "write_error"]

@@ -21,7 +21,7 @@ import aiorest
 from aiorest import App, Limits, Request, Response, Server, StreamResponse
 from aiorest.http.requestid import request_id
 from aiorest.ops.accesslog import AccessLog
-from aiorest.server.state import ServerState
+from aiorest.server.shared import ServerState
 from aiorest.server.writing import short_answer
 from tests.cli.test_cli import free_port, python, running, wait_until_accepting
 from tests.wire import fetch, get, read_response

@@ -95,6 +95,18 @@ def test_the_pipeline_is_bounded_want_read_goes_false_then_true():
     assert conn.want_read
 
 
+
+def test_a_common_request_is_counted_by_the_last_byte_of_its_head_whatever_the_reads():
+    # HeadReader queues the common request; the state machine counts it when llhttp reports the
+    # message complete: the send side and the pipeline bound must follow at the head's last byte.
+    conn, _ = connection(max_pipeline=1)
+    for byte in GET[:-1]:
+        conn.receive_data(bytes([byte]))
+    assert (len(conn.queue), conn.send_state, conn.want_read) == (0, IDLE, True)
+    conn.receive_data(GET[-1:])
+    assert (len(conn.queue), conn.recv_state, conn.send_state, conn.want_read) == (1, HEAD, ANSWERING, False)
+    assert conn.finish_kept(conn.queue[0]) is True and conn.send_state is IDLE
+
 @pytest.mark.parametrize(
     ("head", "line", "kept"),
     [
@@ -504,9 +516,9 @@ def test_transitions_follow_the_table_through_a_whole_exchange():
 
 
 def test_the_connection_knows_no_event_loop():
-    from aiorest.server._h1 import connection, heads, states
+    from aiorest.server._h1 import body, broken, connection, heads, reader, states
 
-    for module in (connection, heads, states):
+    for module in (connection, reader, heads, body, broken, states):
         with open(module.__file__, encoding="utf-8") as source:
             assert "asyncio" not in source.read(), module.__name__
 

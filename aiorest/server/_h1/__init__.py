@@ -1,4 +1,4 @@
-"""The HTTP/1.1 connection without I/O: bytes in, Requests out, the state as data (see connection.py)."""
+"""The HTTP/1.1 connection without I/O: bytes in, Requests out, the state as data (see connection.py, reader.py)."""
 
 from .connection import H1Connection
 from .states import ANSWERING, BODY, CLOSED, CLOSING, HEAD, IDLE, STOPPED, Timeout

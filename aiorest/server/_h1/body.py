@@ -1,7 +1,8 @@
 """The body arriving on a connection, and what bounds it: its deadline, its share of the memory all
 connections hold, and the bytes a chunked body spends on the wire beside its data.
 
-No I/O here: H1Connection (connection.py) calls BodyIntake from llhttp's callbacks as it parses.
+No I/O here: H1Connection (connection.py) calls BodyIntake from llhttp's callbacks as it parses
+(``on_chunk_header`` is llhttp's own callback, bound here).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from ...http import exceptions as errors
 from ...http.exceptions import HTTPError
 from ...http.limits import Limits
 from ...http.request import Request
-from .heads import StopParsing
+from .broken import StopParsing
 from .states import Clock
 
 __all__ = ["BodyIntake", "BodyMemory", "MAX_CHUNK_EXTENSIONS"]
@@ -119,7 +120,7 @@ class BodyIntake:
         error that ends the body (413), or None. Size lines, extensions and CRLFs count against
         ``max_body_size`` with the data, and extensions against ``MAX_CHUNK_EXTENSIONS``.
 
-        Only reads wholly inside the body are counted (connection.py feeds at most 16 KiB at a
+        Only reads wholly inside the body are counted (reader.py feeds at most 16 KiB at a
         time): the count is short by the read where the body begins and the one where it ends,
         never over.
         """
@@ -132,6 +133,10 @@ class BodyIntake:
         if self._framing - _CHUNK_FRAMING * self.chunks > MAX_CHUNK_EXTENSIONS:
             return errors.HTTPPayloadTooLarge(f"request chunk extensions exceed {MAX_CHUNK_EXTENSIONS} bytes")
         return None
+
+    def on_chunk_header(self) -> None:
+        """llhttp's callback, called here directly (see H1Connection): a chunk of the body begins."""
+        self.chunks += 1
 
     def complete(self, error: BaseException | None = None) -> Request | None:
         """The body ended (with ``error``, if it failed): the request it belonged to, if any."""

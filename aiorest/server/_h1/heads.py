@@ -1,14 +1,13 @@
 """Reading a request's head: the Host check and the general path's Request (RFC 9112's rules).
 
-H1Connection's callbacks handle the common request themselves; these are the
-rest, as functions of what the head said, so that they read without the
+HeadReader (reader.py) builds the common request itself; these are the rules
+for the rest, as functions of what the head said, so that they read without the
 connection's state around them.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import logging
 import re
 from urllib.parse import unquote
 
@@ -28,17 +27,10 @@ __all__ = [
     "Framing",
     "NO_FRAMING",
     "framing_header",
-    "ParseAbort",
-    "StopParsing",
     "host_error",
     "general_request",
-    "broken_request",
-    "parse_failure",
     "upgrade_refused",
 ]
-
-logger = logging.getLogger("aiorest.error")
-
 
 # RFC 9112, 3.2: one Host line, whose value is RFC 9110's  Host = uri-host [ ":" port ],  from RFC 3986, 3.2.2:
 #   host       = IP-literal / IPv4address / reg-name     (an IPv4address is also a reg-name)
@@ -54,34 +46,6 @@ _HOST = re.compile(
 )
 
 
-class ParseAbort(Exception):
-    """Raised in a parser callback: answer ``error`` and close."""
-
-    def __init__(self, error: HTTPError) -> None:
-        self.error = error
-
-
-class StopParsing(Exception):
-    """Raised in a parser callback: the request is queued; read nothing more."""
-
-
-def parse_failure(exc: Exception) -> tuple[HTTPError | None, bool]:
-    """What llhttp's ``exc`` means: the error to answer before closing (None: stop reading, answer
-    what is queued), and whether the parser got as far as the method of the head it failed in."""
-    if isinstance(exc, httptools.HttpParserCallbackError):
-        cause = exc.__context__
-        if isinstance(cause, StopParsing):
-            return None, True
-        if isinstance(cause, ParseAbort):
-            return cause.error, True
-        logger.error("parser callback failed", exc_info=cause)
-        return HTTPBadRequest("malformed request"), True
-    if isinstance(exc, httptools.HttpParserUpgrade):
-        return None, True
-    # Before its method is complete, the parser still reports the previous request's.
-    return HTTPBadRequest(f"malformed request: {exc}"), not isinstance(exc, httptools.HttpParserInvalidMethodError)
-
-
 def upgrade_refused(request: Request, head_errors: dict[Request, HTTPError]) -> None:
     """``request`` asked to upgrade: answer it, then close; a 400 if it has a body, which llhttp
     hands over to the new protocol unread (its handler would read b"", or a part of it)."""
@@ -93,17 +57,6 @@ def upgrade_refused(request: Request, head_errors: dict[Request, HTTPError]) -> 
         if name == b"transfer-encoding" or (name == b"content-length" and value.strip(b" \t") != b"0"):
             head_errors[request] = HTTPBadRequest("a request asking to upgrade cannot have a body here")
             return
-
-
-def broken_request(method: str, app: AppInterface, body_source: BodySource | None) -> Request:
-    """A stand-in for a request whose head could not be parsed, to answer an error for and close.
-
-    A HEAD keeps its method when the parser got that far, so that its answer has
-    no body: the client would read the body as the start of the next response.
-    """
-    request = Request(method, "", b"", "", "1.1", [], app, body_source, keep_alive=False)
-    request.end_body()
-    return request
 
 
 def host_error(value: bytes) -> HTTPError | None:

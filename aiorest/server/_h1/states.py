@@ -25,6 +25,10 @@ pair that is not in the table is a bug of ours (a KeyError), never a silent move
 
 As in h11, the server's side moves when the client's request arrives, not when
 a handler picks it up: receiving a head is the send side's event.
+
+A change of protocol (the WebSocket upgrade) is not in the tables yet: a head
+asking for one stops the receive side (H1Connection.upgrade_asked, where it lands,
+with a state of its own on each side).
 """
 
 from __future__ import annotations

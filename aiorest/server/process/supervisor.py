@@ -39,10 +39,10 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from .notify import Notifier
-from .worker import MAX_REASON, Serve, be_worker
+from .reload import RollingReload
+from .worker import MAX_REASON, Serve, Worker, be_worker
 
 logger = logging.getLogger("aiorest.server")
 _HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)  # the parent's signals
@@ -73,31 +73,6 @@ def run_workers(
     return _Supervisor(count, serve, listener, max_restarts, start_timeout, stop_timeout, on_exit).run()
 
 
-@dataclass(eq=False)
-class _Worker:
-    number: int  # its slot, 0 .. count - 1
-    pid: int
-    pipe: int | None  # the read end of its report pipe, until EOF
-    started: float
-    ready: bool = False
-    report: bytes = b""
-    stopping: float = 0.0  # when it was told to stop
-    purpose: str = "start"  # "start" (the first start), "restart" or "reload"
-
-    @property
-    def reason(self) -> str:
-        return self.report[1:].decode("utf-8", "replace") if self.report[:1] == b"F" else ""
-
-
-@dataclass
-class _Reload:
-    slots: deque[int]
-    replacing: _Worker | None = None
-    replaced: int = 0
-    again: bool = False  # another SIGHUP came during this one
-    started: float = field(default_factory=time.monotonic)
-
-
 class _Supervisor:
     def __init__(
         self,
@@ -116,13 +91,13 @@ class _Supervisor:
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.on_exit = on_exit
-        self.workers: dict[int, _Worker] = {}  # pid -> every worker alive, draining ones included
-        self.serving: dict[int, _Worker] = {}  # slot -> the worker that serves it (or starts for it)
+        self.workers: dict[int, Worker] = {}  # pid -> every worker alive, draining ones included
+        self.serving: dict[int, Worker] = {}  # slot -> the worker that serves it (or starts for it)
         self.all_started = False
         self.reload_after_start = False  # a SIGHUP came while they started
         self.stopping = False
         self.exit_code = 0
-        self.reload: _Reload | None = None
+        self.reload: RollingReload | None = None
         self.restarts: deque[float] = deque()
         self.pending: dict[int, float] = {}  # slot -> when the restart of its worker, which died, is due
         self.selector = selectors.DefaultSelector()
@@ -141,7 +116,7 @@ class _Supervisor:
         previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
         previous = {signum: signal.signal(signum, _noted) for signum in _HANDLED}
         try:
-            self._spawn(0, "start")
+            self.spawn(0, "start")
             while self.workers or self.pending:
                 timeout = self._next_deadline() - time.monotonic()
                 for key, _ in self.selector.select(max(0.0, timeout)):
@@ -186,7 +161,7 @@ class _Supervisor:
             if now >= due:
                 del self.pending[number]
                 if not self.stopping and number not in self.serving:
-                    self._spawn(number, "restart")
+                    self.spawn(number, "restart")
         for worker in list(self.workers.values()):
             if worker.stopping and now - worker.stopping > self.stop_timeout:
                 logger.error(
@@ -198,13 +173,13 @@ class _Supervisor:
                 _kill(worker.pid, signal.SIGKILL)
                 worker.stopping = float("inf")  # killed once
             elif not worker.ready and not worker.stopping and now - worker.started > self.start_timeout:
-                self._tell_to_stop(worker)
+                self.tell_to_stop(worker)
                 self._forget(worker)
                 self._not_started(worker, f"not ready within {self.start_timeout:g} s")
 
     # -- workers ----------------------------------------------------------------------------
 
-    def _spawn(self, number: int, purpose: str) -> _Worker:
+    def spawn(self, number: int, purpose: str) -> Worker:
         self.pending.pop(number, None)  # a reload's worker takes the slot of one due to restart
         report_read, report_write = os.pipe()
         # Until the child has set its own handlers, the parent's would catch a signal
@@ -225,7 +200,7 @@ class _Supervisor:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(report_write)
         os.set_blocking(report_read, False)
-        worker = _Worker(number, pid, report_read, time.monotonic(), purpose=purpose)
+        worker = Worker(number, pid, report_read, time.monotonic(), purpose=purpose)
         self.selector.register(report_read, selectors.EVENT_READ, worker)
         self.workers[pid] = worker
         if purpose != "reload":
@@ -233,7 +208,7 @@ class _Supervisor:
         logger.info("worker %d (pid %d) starting", number, pid)
         return worker
 
-    def _read_report(self, worker: _Worker) -> None:
+    def _read_report(self, worker: Worker) -> None:
         assert worker.pipe is not None
         try:
             data = os.read(worker.pipe, MAX_REASON + 1)
@@ -273,12 +248,12 @@ class _Supervisor:
                     logger.exception("the worker exit hook failed for pid %d", pid)
             self._exited(worker, os.waitstatus_to_exitcode(status))
 
-    def _forget(self, worker: _Worker) -> None:
+    def _forget(self, worker: Worker) -> None:
         """``worker`` no longer serves its slot."""
         if self.serving.get(worker.number) is worker:
             del self.serving[worker.number]
 
-    def _exited(self, worker: _Worker, code: int) -> None:
+    def _exited(self, worker: Worker, code: int) -> None:
         self._forget(worker)
         if worker.stopping:
             logger.info("worker %d (pid %d) exited with %d", worker.number, worker.pid, code)
@@ -305,28 +280,20 @@ class _Supervisor:
             )
             self.pending[worker.number] = now + delay
         else:
-            self._spawn(worker.number, "restart")
+            self.spawn(worker.number, "restart")
 
-    def _serves(self, worker: _Worker) -> None:
+    def _serves(self, worker: Worker) -> None:
         """``worker`` said it serves."""
         if self.stopping:
             return
         if worker.purpose == "reload":
-            assert self.reload is not None and self.reload.replacing is worker
-            old = self.serving.get(worker.number)
-            self.serving[worker.number] = worker
-            self.reload.replacing = None
-            self.reload.replaced += 1
-            if old is not None:
-                logger.info("reload: worker %d (pid %d) serves; stopping pid %d", worker.number, worker.pid, old.pid)
-                self._tell_to_stop(old)
-            else:
-                logger.info("reload: worker %d (pid %d) serves", worker.number, worker.pid)
+            assert self.reload is not None
+            self.reload.serves(worker)
             self._continue_reload()
         elif not self.all_started:
             if worker.number == 0 and len(self.serving) == 1:
                 for number in range(1, self.count):
-                    self._spawn(number, "start")
+                    self.spawn(number, "start")
             if len(self.serving) == self.count and all(w.ready for w in self.serving.values()):
                 self.all_started = True
                 logger.info(
@@ -340,23 +307,15 @@ class _Supervisor:
         else:
             logger.info("worker %d (pid %d) serves", worker.number, worker.pid)
 
-    def _not_started(self, worker: _Worker, reason: str) -> None:
+    def _not_started(self, worker: Worker, reason: str) -> None:
         """``worker`` exited before it served, or took too long: ``reason`` says why."""
         if self.stopping:
             return
         if worker.purpose == "reload":
-            assert self.reload is not None
-            self.reload.replacing = None
-            old = sum(1 for w in self.serving.values() if w.purpose != "reload" or w.started < self.reload.started)
-            new = len(self.serving) - old
-            kept = f"keeping the {old} old workers" if not new else f"keeping {old} old and {new} new workers"
-            logger.error(
-                "reload failed: new worker %d (pid %d) could not start: %s: %s", worker.number, worker.pid, reason, kept
-            )
-            self.notify(f"READY=1\nSTATUS=reload failed: {kept}")
-            again = self.reload.again
-            self.reload = None
-            if again:
+            reload, self.reload = self.reload, None
+            assert reload is not None
+            reload.failed(worker, reason)
+            if reload.again:
                 self._begin_reload()
         elif worker.purpose == "restart" and self.serving:
             logger.error(
@@ -387,28 +346,18 @@ class _Supervisor:
             self.reload.again = True
             logger.info("SIGHUP during a reload: another reload follows it")
             return
-        logger.info("SIGHUP: replacing the %d workers one at a time", self.count)
-        self.notify(f"RELOADING=1\nMONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
-        self.reload = _Reload(deque(range(self.count)))
+        self.reload = RollingReload(self)
         self._continue_reload()
 
     def _continue_reload(self) -> None:
         reload = self.reload
         assert reload is not None
-        if reload.slots:
-            reload.replacing = self._spawn(reload.slots.popleft(), "reload")
-            return
-        logger.info(
-            "reload done: %d workers serving (pids %s)",
-            len(self.serving),
-            " ".join(str(w.pid) for w in self.serving.values()),
-        )
-        self.notify(f"READY=1\nSTATUS={len(self.serving)} workers serving")
-        self.reload = None
-        if reload.again:
-            self._begin_reload()
+        if not reload.next():
+            self.reload = None
+            if reload.again:
+                self._begin_reload()
 
-    def _tell_to_stop(self, worker: _Worker) -> None:
+    def tell_to_stop(self, worker: Worker) -> None:
         if not worker.stopping:
             worker.stopping = time.monotonic()
             _kill(worker.pid, signal.SIGTERM)
@@ -419,7 +368,7 @@ class _Supervisor:
             self.notify("STOPPING=1")
         self.stopping = True
         for worker in self.workers.values():
-            self._tell_to_stop(worker)
+            self.tell_to_stop(worker)
         self._close_listener()
 
     def _close_listener(self) -> None:

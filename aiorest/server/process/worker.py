@@ -1,4 +1,5 @@
-"""The worker's side of a fork: forget the parent's state, die with it, report, serve."""
+"""A worker: its side of the fork (forget the parent's state, die with it, report, serve), and the
+record the parent keeps of it (``Worker``)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,35 @@ import selectors
 import signal
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import NoReturn
 
 logger = logging.getLogger("aiorest.server")
 
-__all__ = ["MAX_REASON", "Serve", "be_worker", "stop_with_parent"]
+__all__ = ["MAX_REASON", "Serve", "Worker", "be_worker", "stop_with_parent"]
 
 PR_SET_PDEATHSIG = 1
 MAX_REASON = 1000  # bytes of a worker's failure reason: one write to a pipe, under PIPE_BUF
 
 Serve = Callable[[Callable[[], object], Callable[[str], object]], None]
+
+
+@dataclass(eq=False)
+class Worker:
+    """A worker as the parent sees it (supervisor.py)."""
+
+    number: int  # its slot, 0 .. count - 1
+    pid: int
+    pipe: int | None  # the read end of its report pipe, until EOF
+    started: float
+    ready: bool = False
+    report: bytes = b""
+    stopping: float = 0.0  # when it was told to stop
+    purpose: str = "start"  # "start" (the first start), "restart" or "reload"
+
+    @property
+    def reason(self) -> str:
+        return self.report[1:].decode("utf-8", "replace") if self.report[:1] == b"F" else ""
 
 
 def be_worker(

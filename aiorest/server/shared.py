@@ -1,4 +1,5 @@
-"""What the connections of one server share: the clock, the Server/Date lines, the set."""
+"""What the connections of one server share (ServerState): the clock and its once-a-second tick over
+the connections' deadlines, the Server/Date lines, the set of connections, the body memory."""
 
 from __future__ import annotations
 
@@ -6,34 +7,21 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 from email.utils import formatdate
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from .._support.memory import give_back
 from ..http.datastructures import check_header_value
 from ._h1.body import BodyMemory
+from .interfaces import ServedConnection
 
 if TYPE_CHECKING:
     from ..http.forwarded import TrustedProxies
     from ..ops.accesslog import AccessLog
 
-__all__ = ["ServerState", "Connection"]
+__all__ = ["ServerState"]
 
 # Body bytes freed since the most held, past which the tick gives the heap's free pages back (a few ms).
 _GIVE_BACK_AFTER = 8 * 1024 * 1024
-
-
-class Connection(Protocol):
-    """A connection as the server and its shared state see it (HttpProtocol is one)."""
-
-    @property
-    def transport(self) -> asyncio.Transport | None: ...
-
-    def check_deadline(self, now: float) -> None:
-        """Close or time out the connection if it is past its deadline."""
-
-    def shutdown(self, close_idle: bool = True) -> None:
-        """Close after the response in flight; an idle connection now, or with ``close_idle``
-        false after it answers its next request."""
 
 
 class ServerState:
@@ -46,7 +34,7 @@ class ServerState:
     def __init__(self, server_header: str | None = "aiorest", *, cancel_on_disconnect: bool = False) -> None:
         if server_header is not None:
             check_header_value(server_header, "server_header")
-        self.connections: set[Connection] = set()
+        self.connections: set[ServedConnection] = set()
         self.draining = False
         self.cancel_on_disconnect = cancel_on_disconnect
         self._server_line = f"Server: {server_header}\r\n" if server_header else ""
