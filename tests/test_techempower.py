@@ -15,8 +15,7 @@ import psycopg2
 import pytest
 
 import aiorest.db.connection
-from aiorest.db import Database
-from aiorest.migrations import load_migrations, migrate, migration_status
+from aiorest.db import Database, load_migrations, migrate, migration_status
 from example_app import create_app
 from example_app.app import MIGRATIONS
 

@@ -160,7 +160,7 @@ class Request:
             if opener is None:
                 raise RuntimeError(
                     "request.session needs SessionMiddleware around this route: add"
-                    " SessionMiddleware(CookieStore(secrets=[...])) to App(middleware=[...]),"
+                    " SessionMiddleware(CookieSessionStore(secrets=[...])) to App(middleware=[...]),"
                     " to a Router's or to the route's middleware=[...]"
                 )
             session = self._session = opener(self)
