@@ -167,7 +167,7 @@ class AiopgConnection:
         self.conn.close()
 
     def _check_alive(self) -> None:
-        """Raise, nothing sent, if the server ended the connection while it was idle (as connection.py does)."""
+        """Raise, nothing sent, if the server ended the connection while it was idle (as psycopg2_driver.py does)."""
         conn = self.conn
         if not conn.closed and self._idle_check.poll(0):
             _ready(self._ref)  # aiopg's reader, now: the end of the stream closes the connection

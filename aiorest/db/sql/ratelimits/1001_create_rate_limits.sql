@@ -1,4 +1,4 @@
--- aiorest's PostgresLimitStore (aiorest/security/limits/stores.py): one row per rate limit and key, its count in
+-- aiorest's PostgresLimitStore (aiorest/auth.py): one row per rate limit and key, its count in
 -- the window that ends at ends_at. Numbered from 1001: aiorest's folders share the negative
 -- versions of aiorest_migrations (sessions has 0001), so each takes its own thousand.
 -- UNLOGGED: a count is worth less than a WAL flush on every login attempt (it halved a check's

@@ -1,4 +1,4 @@
--- aiorest's PostgresSessionStore (aiorest/middleware/sessions/stores.py): one row per session, its keys in a jsonb object.
+-- aiorest's PostgresStore (aiorest/sessions.py): one row per session, its keys in a jsonb object.
 CREATE TABLE aiorest_sessions (
     id text PRIMARY KEY,
     data jsonb NOT NULL DEFAULT '{}',
