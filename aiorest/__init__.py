@@ -1,38 +1,43 @@
 """aiorest: an asyncio HTTP/1.1 REST microframework with its own server.
 
-Imported from the public paths (the shims among them), so that ``import aiorest`` also binds
-``aiorest.exceptions``, ``aiorest.sessions`` and the others as before.
+The everyday names, re-exported from the packages that define them: a feature's other names are
+imported from its package (``aiorest.security``, ``aiorest.middleware.sessions``, ``aiorest.db``;
+see docs/internals.rst, "Public paths").
 """
 
 from .app import App, ExceptionHandler, Hook, Lifespan, Middleware
-from .compression import Compression, Decompression
-from .cors import CORS
-from .exceptions import *  # noqa: F403
-from .http.datastructures import Headers, MultiDict, State
+from .http import (
+    Headers,
+    JSONCodec,
+    JSONResponse,
+    Limits,
+    MultiDict,
+    Request,
+    Response,
+    State,
+    StreamResponse,
+    request_id,
+)
+from .http.exceptions import *  # noqa: F403  (the HTTPError family, listed once, in its __all__)
 from .http.exceptions import __all__ as _exceptions_all
-from .http.limits import Limits
-from .http.request import Request
-from .http.requestid import request_id
-from .http.response import JSONResponse, Response, StreamResponse
-from .idempotency import (
+from .middleware import CORS, Compression, Decompression
+from .middleware.idempotency import (
     Idempotency,
     IdempotencyStore,
     MemoryIdempotencyStore,
     PostgresIdempotencyStore,
     RedisIdempotencyStore,
 )
-from .jsoncodec import JSONCodec
-from .routing import Handler, NoMatchFound, Route, RouteOptions, Router
-from .routing.convertors import Convertor
-from .server import Server, run
-from .sessions import (
-    CookieStore,
-    PostgresStore,
-    RedisStore,
+from .middleware.sessions import (
+    CookieSessionStore,
+    PostgresSessionStore,
+    RedisSessionStore,
     Session,
     SessionMiddleware,
     SessionStore,
 )
+from .routing import Convertor, Handler, NoMatchFound, Route, RouteOptions, Router
+from .server import Server, run
 from .typed import Body, Cookie, Header, Query
 
 __version__ = "0.1.0"
@@ -77,9 +82,9 @@ __all__ = [
     "PostgresIdempotencyStore",
     "RedisIdempotencyStore",
     # sessions
-    "CookieStore",
-    "PostgresStore",
-    "RedisStore",
+    "CookieSessionStore",
+    "PostgresSessionStore",
+    "RedisSessionStore",
     "Session",
     "SessionMiddleware",
     "SessionStore",

@@ -30,9 +30,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import uvloop
 
-from aiorest.auth import LimitStore, LoginRateLimiter, PostgresLimitStore, RateLimit, RedisLimitStore
+from aiorest.security import LimitStore, LoginRateLimiter, PostgresLimitStore, RateLimit, RedisLimitStore
 from aiorest.db import Database
-from aiorest.migrations import migrate
+from aiorest.db import migrate
 from bench.process import RedisServer, ServerError
 from bench.stats import median, paired_ratio, summarise
 

@@ -12,17 +12,16 @@ from aiorest import (
     App,
     Idempotency,
     PostgresIdempotencyStore,
-    PostgresStore,
-    RedisStore,
+    PostgresSessionStore,
+    RedisSessionStore,
     Request,
     Response,
     Router,
     SessionMiddleware,
 )
-from aiorest.auth import LimitStore, PostgresLimitStore, RedisLimitStore, identity
-from aiorest.db import Database
-from aiorest.migrations import migrate
-from aiorest.sessions import SessionStore
+from aiorest.db import Database, migrate
+from aiorest.middleware.sessions import SessionStore
+from aiorest.security import LimitStore, PostgresLimitStore, RedisLimitStore, identity
 
 from . import users
 from .notes import router as notes_router
@@ -62,7 +61,7 @@ def create_app(database: Database | None = None) -> App:
     app.on_startup.append(apply_migrations)
     sessions, limits = session_store_from_env(database), limit_store_from_env(database)
     for store in (sessions, limits):
-        if isinstance(store, (RedisStore, RedisLimitStore)):
+        if isinstance(store, (RedisSessionStore, RedisLimitStore)):
             app.on_shutdown.append(lambda app, store=store: store.close())
     if limits is not None:  # /readyz (--health) checks it; the session store is its middleware's
         app.readiness.add("limit store", limits.ping)
@@ -133,10 +132,10 @@ def session_store_from_env(database: Database) -> SessionStore:
     the app's database (aiorest's ``aiorest_sessions`` table), or a ``redis://`` URL."""
     where = os.environ.get("SESSION_STORE", "postgres")
     if where.startswith(("redis://", "rediss://", "unix://")):
-        return RedisStore(where)
+        return RedisSessionStore(where)
     if where not in ("postgres", "postgresql"):
         raise ValueError(f"SESSION_STORE is 'postgres' or a redis:// URL, not {where!r}")
-    return PostgresStore(database)
+    return PostgresSessionStore(database)
 
 
 def limit_store_from_env(database: Database) -> LimitStore | None:

@@ -41,10 +41,9 @@ from aiorest import (
     Response,
     Router,
 )
-from aiorest.auth import identity, login_required
 from aiorest.db import Database
-from aiorest.openapi import raises
-from aiorest.typed import VALIDATION_MESSAGE, Header
+from aiorest.security import identity, login_required
+from aiorest.typed import VALIDATION_MESSAGE, Header, raises
 
 # Compressed lists and uploads for the notes only: the TechEmpower routes must not pay for it.
 router = Router(middleware=[Compression(), Decompression()])

@@ -7,7 +7,7 @@ trades the same credentials for a bearer token with ``POST /tokens``. Either
 identifies the caller of ``/me`` and of the notes (``auth``).
 
 Passwords are hashed with argon2id (argon2-cffi's default parameters, through
-:mod:`aiorest.auth`), off the event loop. Tokens are 32 random bytes; only their
+:mod:`aiorest.security`), off the event loop. Tokens are 32 random bytes; only their
 SHA-256 is stored, so a leaked table gives no usable token. Logging in (by
 session or token) is rate-limited per account and per client address, before
 any hash is checked (in each worker's memory, or in a store all of them share:
@@ -34,7 +34,8 @@ from aiorest import (
     Request,
     Router,
 )
-from aiorest.auth import (
+from aiorest.db import Database
+from aiorest.security import (
     AnyIdentity,
     Auth,
     BearerTokenIdentity,
@@ -49,8 +50,7 @@ from aiorest.auth import (
     token_hash,
     unauthorized,
 )
-from aiorest.db import Database
-from aiorest.openapi import raises
+from aiorest.typed import raises
 
 router = Router()
 

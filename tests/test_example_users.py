@@ -8,9 +8,9 @@ import asyncio
 import aiohttp
 import pytest
 
-from aiorest.auth import LoginRateLimiter, Passwords, token_hash
 from aiorest.db import Database
-from aiorest.sessions import stored_id
+from aiorest.middleware.sessions import stored_id
+from aiorest.security import LoginRateLimiter, Passwords, token_hash
 from example_app import create_app
 from tests.test_example_app import log_in, unique
 

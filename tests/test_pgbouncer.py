@@ -244,7 +244,7 @@ def test_the_example_app_behind_pgbouncer_under_load_answers_every_request(pg_se
 async def test_runners_migrating_at_once_behind_pgbouncer_apply_each_migration_once(pooled, tmp_path):
     # The advisory lock is taken in each migration's transaction: behind PgBouncer a
     # session lock would be taken on one server connection and released on another.
-    from aiorest.migrations import migrate
+    from aiorest.db import migrate
 
     (tmp_path / "0001_things.sql").write_text("CREATE TABLE pooled_things (id int);")
     (tmp_path / "0002_slow.sql").write_text("SELECT pg_sleep(0.2); INSERT INTO pooled_things VALUES (2);")

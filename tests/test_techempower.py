@@ -14,9 +14,8 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg2
 import pytest
 
-import aiorest.db.connection
-from aiorest.db import Database
-from aiorest.migrations import load_migrations, migrate, migration_status
+import aiorest.db.psycopg2_driver
+from aiorest.db import Database, load_migrations, migrate, migration_status
 from example_app import create_app
 from example_app.app import MIGRATIONS
 
@@ -35,14 +34,14 @@ async def client(aiorest_client, shared_database_url):
 def statements(monkeypatch) -> Counter[str]:
     """Every statement the app sends to PostgreSQL, counted by its first word and table."""
     seen: Counter[str] = Counter()
-    original = aiorest.db.connection._Connection.execute
+    original = aiorest.db.psycopg2_driver.Psycopg2Connection.execute
 
     async def counting(self, sql, params=None, *, prepare=True):
         words = sql.split()
         seen[f"{words[0].upper()} {'world' if 'world' in sql else 'fortune' if 'fortune' in sql else '?'}"] += 1
         return await original(self, sql, params, prepare=prepare)
 
-    monkeypatch.setattr(aiorest.db.connection._Connection, "execute", counting)
+    monkeypatch.setattr(aiorest.db.psycopg2_driver.Psycopg2Connection, "execute", counting)
     return seen
 
 

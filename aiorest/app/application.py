@@ -21,18 +21,17 @@ from ..routing.convertors import Convertor
 from ..routing.paths import PathTemplate, compile_path
 from ..routing.route import (
     PREFLIGHT_MIDDLEWARE,
-    ROUTE_BINDING,
     Handler,
     Middleware,
     Route,
     RouteHandler,
     RouteOptions,
-    _is_async,
     _RouteDecorators,
 )
 from ..routing.table import RouteTable
 from ..typed.binding import TypedEndpoint
 from ..typed.declare import read_signature
+from .chaining import EndpointLayer, answer_options, chain, preflight_route, raise_routing_error, wrap
 from .readiness import Readiness
 
 if TYPE_CHECKING:
@@ -46,10 +45,6 @@ logger = logging.getLogger("aiorest.error")
 Hook = Callable[["App"], Awaitable[None]]
 ExceptionHandler = Callable[["Request", Any], Awaitable[Any]]
 Lifespan = Callable[["App"], AbstractAsyncContextManager[None]]
-#: Wraps an endpoint for one run of the server (admission control, metrics):
-#: ``layer(endpoint, template)`` returns the endpoint to call instead; ``template``
-#: is the route's path template, or None for the answers to routing errors and OPTIONS.
-EndpointLayer = Callable[[Handler, "str | None"], Handler]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 _INTERNAL_ERROR = {"error": {"status": 500, "message": "Internal Server Error", "details": None}}
@@ -105,8 +100,8 @@ class App(_RouteDecorators):
         self._exception_handlers: dict[type[BaseException], ExceptionHandler] = {}
         # the lifespan and contexts entered, with what to call them in messages
         self._entered: list[tuple[str, AbstractAsyncContextManager[None]]] = []
-        self._routing_error_endpoint: Handler = _raise_routing_error
-        self._options_endpoint: Handler = _answer_options
+        self._routing_error_endpoint: Handler = raise_routing_error
+        self._options_endpoint: Handler = answer_options
         self._matches: dict[str, RouteMatch] = {}  # template -> the match of its requests
         # path → method → endpoint of the routes without parameters, built at startup:
         # the server routes most requests by two lookups in it, and calls begin
@@ -188,7 +183,7 @@ class App(_RouteDecorators):
         ``openapi-ui-bundles`` package (aiorest's ``openapi`` extra): RuntimeError
         here when it is missing. These routes are not in the document.
         """
-        from ..typed.openapi import openapi_routes
+        from ..typed.docpages import openapi_routes
 
         self._check_not_started("add the OpenAPI routes")
 
@@ -244,15 +239,15 @@ class App(_RouteDecorators):
             self.readiness.collect(route.middleware)
             if isinstance(route.call, TypedEndpoint):
                 route.call.raise_errors = answers_422  # else it returns its 422, which costs less
-            route.endpoint = self._wrap(self._chain(route.call, route.middleware, route), route.path, layers)
+            route.endpoint = wrap(chain(self.middleware, route.call, route.middleware, route), route.path, layers)
         self._static_endpoints = {
             path: {method: route.endpoint for method, route in methods.items()}
             for path, methods in self.router.static_routes().items()
         }
         self._static_endpoints.update(served)
-        self.router.set_preflights(lambda path, middleware: self._preflight_route(path, middleware, layers))
-        self._routing_error_endpoint = self._wrap(self._chain(_raise_routing_error), None, layers)
-        self._options_endpoint = self._wrap(self._chain(_answer_options), None, layers)
+        self.router.set_preflights(lambda path, middleware: preflight_route(self.middleware, path, middleware, layers))
+        self._routing_error_endpoint = wrap(chain(self.middleware, raise_routing_error), None, layers)
+        self._options_endpoint = wrap(chain(self.middleware, answer_options), None, layers)
         self._wrapped = bool(self.middleware or layers)
         self._started = True
 
@@ -314,47 +309,6 @@ class App(_RouteDecorators):
             if len(middleware) > 1:
                 raise ValueError(f"the routes of '{path}' have {len(middleware)} CORS middleware: give them one")
 
-    def _preflight_route(self, path: str, middleware: Sequence[Middleware], layers: Sequence[EndpointLayer]) -> Route:
-        """The automatic answer to OPTIONS on ``path``, through the routes' preflight middleware (CORS)."""
-        route = Route("OPTIONS", path, _answer_options, middleware=middleware)
-        route.endpoint = self._wrap(self._chain(_answer_options, route.middleware), path, layers)
-        return route
-
-    @staticmethod
-    def _wrap(endpoint: Handler, template: str | None, layers: Sequence[EndpointLayer]) -> Handler:
-        for layer in reversed(layers):
-            endpoint = layer(endpoint, template)
-        return endpoint
-
-    def _chain(
-        self, handler: Handler, route_middleware: Sequence[Middleware] = (), route: Route | None = None
-    ) -> Handler:
-        """The app's middleware (outermost), then the route's, around ``handler``.
-
-        On a ``route``, a middleware with ``for_route`` (:data:`~aiorest.routing.ROUTE_BINDING`)
-        says what runs in its place and what next to the handler, inside all the others.
-        """
-        outer: list[Middleware] = []
-        inner: list[Middleware] = []
-        for middleware in (*self.middleware, *route_middleware):
-            bind = None if route is None else getattr(middleware, ROUTE_BINDING, None)
-            if bind is None:
-                outer.append(middleware)
-                continue
-            at_place, next_to_handler = bind(route)
-            if at_place is not None:
-                outer.append(at_place)
-            if next_to_handler is not None:
-                inner.append(next_to_handler)
-        if not outer and not inner:
-            return handler
-        endpoint: Handler = _Converting(handler)
-        for middleware in reversed((*outer, *inner)):
-            # The server drives endpoints with ``yield from``, which takes coroutines
-            # only: a middleware that is a plain function returning an awaitable is awaited.
-            endpoint = _Link(middleware, endpoint) if _is_async(middleware) else _AwaitingLink(middleware, endpoint)
-        return endpoint
-
     # -- per request (called by the server) ------------------------------------
 
     # What the server needs of the app (the interface ServedApp in driving.py):
@@ -387,7 +341,7 @@ class App(_RouteDecorators):
         if route is None:
             request.match = RouteMatch(None, allow)
             return self._options_endpoint(request)
-        if route.handler is _answer_options:  # the path's preflight route
+        if route.handler is answer_options:  # the path's preflight route
             request.match = RouteMatch(route.path, allow)
         else:
             match = self._matches.get(route.path)
@@ -423,40 +377,6 @@ class App(_RouteDecorators):
         return None
 
 
-class _Link:
-    """One middleware bound to the rest of the chain (no closure per request)."""
-
-    __slots__ = ("middleware", "next")
-
-    def __init__(self, middleware: Middleware, next: Handler) -> None:
-        self.middleware = middleware
-        self.next = next
-
-    def __call__(self, request: Request) -> Awaitable[Response]:
-        return self.middleware(request, self.next)
-
-
-class _AwaitingLink(_Link):
-    """A middleware that is not an async function: its awaitable, awaited in a coroutine."""
-
-    __slots__ = ()
-
-    async def __call__(self, request: Request) -> Response:
-        return await self.middleware(request, self.next)
-
-
-class _Converting:
-    """The innermost link when there is middleware: middleware always sees a Response."""
-
-    __slots__ = ("handler",)
-
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-
-    async def __call__(self, request: Request) -> Response:
-        return to_response(await self.handler(request))
-
-
 def _name(function: object) -> str:
     """``module.qualname`` of a hook or lifespan, for messages."""
     qualname = getattr(function, "__qualname__", None)
@@ -464,15 +384,3 @@ def _name(function: object) -> str:
         return repr(function)
     module = getattr(function, "__module__", None)
     return f"{module}.{qualname}" if module else str(qualname)
-
-
-async def _raise_routing_error(request: Request) -> Response:
-    """A routing error (404/405) as an endpoint, so that middleware sees it too."""
-    assert request.match is not None and request.match.error is not None
-    raise request.match.error
-
-
-async def _answer_options(request: Request) -> Response:
-    """OPTIONS on a path with no OPTIONS handler: 204 with ``Allow``."""
-    assert request.match is not None
-    return Response(status=204, headers={"Allow": ", ".join(sorted(request.match.allow))})

@@ -11,6 +11,7 @@ from .errors import (
     StatementTimeout,
     UniqueViolation,
 )
+from .migrations import Migration, MigrationError, load_migrations, migrate, migration_status
 
 __all__ = [
     "Database",
@@ -23,4 +24,9 @@ __all__ = [
     "ConstraintViolation",
     "InvalidValue",
     "NulCharacter",
+    "Migration",
+    "MigrationError",
+    "load_migrations",
+    "migrate",
+    "migration_status",
 ]

@@ -35,10 +35,10 @@ import aiopg
 import psycopg2
 import psycopg2.extensions
 
-from .driver import Connection, ConnectOptions
+from .driver import ConnectOptions, DatabaseConnection
 from .errors import Params, StatementTimeout, nul_error
 
-__all__ = ["AiopgDriver", "AiopgPoolDriver"]
+__all__ = ["AiopgConnection", "AiopgDriver", "AiopgPoolDriver"]
 
 _IDLE = psycopg2.extensions.TRANSACTION_STATUS_IDLE
 # What cursor.execute raises when it refuses a statement before sending it.
@@ -88,8 +88,8 @@ if aiopg.__version__.startswith("1.4.") and getattr(aiopg.Connection._ready, "__
     aiopg.Connection._ready = staticmethod(_ready)  # type: ignore[method-assign]
 
 
-class _AiopgConnection:
-    """One aiopg connection and a psycopg2 cursor on it, as the pool's Connection (driver.py).
+class AiopgConnection:
+    """One aiopg connection and a psycopg2 cursor on it, as the pool's DatabaseConnection (driver.py).
 
     A statement is sent as ``aiopg.Cursor.execute`` sends it (psycopg2's
     cursor, then aiopg's reader and writer callbacks drive the connection
@@ -167,7 +167,7 @@ class _AiopgConnection:
         self.conn.close()
 
     def _check_alive(self) -> None:
-        """Raise, nothing sent, if the server ended the connection while it was idle (as connection.py does)."""
+        """Raise, nothing sent, if the server ended the connection while it was idle (as psycopg2_driver.py does)."""
         conn = self.conn
         if not conn.closed and self._idle_check.poll(0):
             _ready(self._ref)  # aiopg's reader, now: the end of the stream closes the connection
@@ -205,19 +205,19 @@ class AiopgDriver:
     def opening(self) -> None:
         pass
 
-    async def connect(self, options: ConnectOptions) -> Connection:
+    async def connect(self, options: ConnectOptions) -> DatabaseConnection:
         conn = await aiopg.connect(
             options.dsn,
             timeout=options.statement_timeout + _TIMEOUT_MARGIN,
             enable_hstore=False,  # one query less per connection; aiopg's pool default keeps it
             application_name=options.application_name,
         )
-        connection = _AiopgConnection(conn, timeout=options.statement_timeout + _TIMEOUT_MARGIN)
+        connection = AiopgConnection(conn, timeout=options.statement_timeout + _TIMEOUT_MARGIN)
         conn.__dict__["_aiorest_lost"] = lambda: _report_loss(connection, options)
         return connection
 
 
-def _report_loss(connection: _AiopgConnection, options: ConnectOptions) -> None:
+def _report_loss(connection: AiopgConnection, options: ConnectOptions) -> None:
     """aiopg closed an owned connection whose backend died: the pool hears of it once (and reconnects)."""
     if connection.broken:
         return
@@ -244,7 +244,7 @@ class AiopgPoolDriver:
         given = self._given
         self.pool = given if isinstance(given, aiopg.Pool) else given()
 
-    async def connect(self, options: ConnectOptions) -> Connection:
+    async def connect(self, options: ConnectOptions) -> DatabaseConnection:
         pool = self.pool
         assert pool is not None, "the Database opens first"
         try:
@@ -254,7 +254,7 @@ class AiopgPoolDriver:
             # a backend that died in that tick (a restart) fails it. The database is away: 503.
             raise psycopg2.OperationalError(f"aiopg's pool lost a connection as it was handed out: {exc!r}") from exc
         try:
-            return _AiopgConnection(conn, timeout=options.statement_timeout + _TIMEOUT_MARGIN, give_back=pool.release)
+            return AiopgConnection(conn, timeout=options.statement_timeout + _TIMEOUT_MARGIN, give_back=pool.release)
         except BaseException:
             pool.release(conn)
             raise

@@ -9,7 +9,8 @@
         ...
 
 The pool itself (first come first served, sizing across the host's workers,
-lost connections) is pool.py's; one connection is connection.py's.
+lost connections) is pool.py's, which a Database holds; one connection is its driver's
+(driver.py: psycopg2_driver.py or aiopg_driver.py).
 
 Failures are HTTP answers (the exceptions exported here are HTTPErrors, defined
 in errors.py with the mapping from psycopg2's): pool exhausted past the
@@ -37,7 +38,7 @@ from typing import Any, Literal, Protocol
 import psycopg2
 import psycopg2.errors
 
-from .driver import Connection
+from .driver import Driver
 from .errors import (
     ConstraintViolation,
     DatabaseError,
@@ -52,6 +53,7 @@ from .errors import (
     translate,
 )
 from .pool import Pool
+from .transaction import Queries, Transaction
 
 
 class SupportsContexts(Protocol):
@@ -78,88 +80,10 @@ __all__ = [
 ]
 
 
-class _Queries:
-    """The row helpers, shared by Database (a connection per call) and Transaction."""
-
-    async def _execute(self, sql: str, params: Params) -> Any:
-        raise NotImplementedError
-
-    async def fetchall(self, sql: str, params: Params = None) -> list[dict[str, Any]]:
-        """Every row, as dicts keyed by column name."""
-        cursor = await self._execute(sql, params)
-        names = [column.name for column in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-    async def fetchrows(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
-        """Every row, as tuples in column order: for many rows, cheaper than dicts."""
-        cursor = await self._execute(sql, params)
-        rows: list[tuple[Any, ...]] = cursor.fetchall()
-        return rows
-
-    async def fetchone(self, sql: str, params: Params = None) -> dict[str, Any] | None:
-        """The first row as a dict, or None."""
-        cursor = await self._execute(sql, params)
-        row = cursor.fetchone()
-        if row is None:
-            return None
-        return {column.name: value for column, value in zip(cursor.description, row, strict=True)}
-
-    async def fetchval(self, sql: str, params: Params = None) -> Any:
-        """The first column of the first row, or None."""
-        cursor = await self._execute(sql, params)
-        row = cursor.fetchone()
-        return None if row is None else row[0]
-
-    async def execute(self, sql: str, params: Params = None) -> int:
-        """Run a statement; returns the number of rows it affected."""
-        cursor = await self._execute(sql, params)
-        return int(cursor.rowcount)
-
-
-class Transaction(_Queries):
-    """One held connection: a transaction (depth 1, savepoints deeper), or autocommit (depth 0)."""
-
-    def __init__(self, connection: Connection, depth: int) -> None:
-        self._connection = connection
-        self._depth = depth
-
-    async def run(self, sql: str, params: Params, prepare: bool = True) -> Any:
-        """Run ``sql`` on this transaction's connection: its cursor (Database's queries inside one come here)."""
-        try:
-            return await self._connection.execute(sql, params, prepare=prepare)
-        except psycopg2.Error as exc:
-            raise translate(exc, sql) from exc
-
-    _execute = run
-
-    async def execute_script(self, sql: str) -> None:
-        """Run SQL text as is: several statements, never prepared, no parameters."""
-        await self._execute(sql, None, prepare=False)
-
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Transaction]:
-        """BEGIN on an autocommit connection, else a savepoint; rolled back on an exception."""
-        if self._depth == 0:
-            begin, commit, rollback = "BEGIN", "COMMIT", "ROLLBACK"
-        else:
-            name = f"aiorest_sp_{self._depth}"
-            begin, commit, rollback = f"SAVEPOINT {name}", f"RELEASE SAVEPOINT {name}", f"ROLLBACK TO SAVEPOINT {name}"
-        await self._execute(begin, None, prepare=False)
-        try:
-            yield Transaction(self._connection, self._depth + 1)
-        except BaseException:
-            # A statement cancelled with its task still runs: the pool ends it
-            # and rolls the whole transaction back when the connection returns.
-            if not self._connection.broken and not self._connection.interrupted:
-                await self._execute(rollback, None, prepare=False)
-            raise
-        await self._execute(commit, None, prepare=False)
-
-
 _current: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar("aiorest_db_tx", default=None)
 
 
-class Database(Pool, _Queries):
+class Database(Queries):
     """A bounded pool of PostgreSQL connections, first come first served.
 
     ``dsn``: a libpq URL or key=value string; default ``$DATABASE_URL``.
@@ -186,11 +110,105 @@ class Database(Pool, _Queries):
 
     Inside ``async with db.transaction():`` the helpers of ``db`` use the
     transaction's connection, so code that takes ``db`` works in and out of one.
+
+    A Database has a pool (``db.pool``, pool.py): the connections, their sizing
+    and their recovery are the pool's; the statements, transactions and error
+    mapping are the Database's. ``size``, ``idle``, ``in_use``, ``waiting`` and
+    ``waits`` (what the metrics read) and ``max_size``, ``min_size`` and
+    ``workers`` (what the pool came to) are the pool's, read through.
     """
 
     _pinging: asyncio.Future[Any] | None = None  # the ping under way (see ping)
 
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        min_size: int = 2,
+        max_size: int | None = None,
+        acquire_timeout: float = 5.0,
+        statement_timeout: float = 30.0,
+        connect_timeout: float = 5.0,
+        prepare: bool | None = None,
+        application_name: str = "aiorest",
+        max_total: int | None = None,
+        pooler: Literal["transaction", "session"] | None = None,
+        workers: int | None = None,
+        driver: Literal["psycopg2", "aiopg"] | Driver = "psycopg2",
+    ) -> None:
+        self.pool = Pool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            acquire_timeout=acquire_timeout,
+            statement_timeout=statement_timeout,
+            connect_timeout=connect_timeout,
+            prepare=prepare,
+            application_name=application_name,
+            max_total=max_total,
+            pooler=pooler,
+            workers=workers,
+            driver=driver,
+        )
+
     # -- lifecycle ---------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open the pool (``setup`` does it at the app's startup).
+
+        Raises if PostgreSQL cannot be reached, or (unless ``pooler`` is set, or
+        ``min_size`` is 0) if ``max_size`` × ``workers`` exceeds its
+        ``max_connections`` less its reserved connections.
+        """
+        await self.pool.open()
+
+    async def close(self) -> None:
+        """Close the pool: idle connections now, those in use when released."""
+        await self.pool.close()
+
+    @property
+    def dsn(self) -> str | None:
+        """The database it connects to (``$DATABASE_URL`` once open, when none was given)."""
+        return self.pool.dsn
+
+    @property
+    def size(self) -> int:
+        """Connections open or being opened."""
+        return self.pool.size
+
+    @property
+    def idle(self) -> int:
+        """Connections open and free."""
+        return self.pool.idle
+
+    @property
+    def in_use(self) -> int:
+        """Connections held by requests (or being opened for one)."""
+        return self.pool.in_use
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a connection now."""
+        return self.pool.waiting
+
+    @property
+    def waits(self) -> int:
+        """Acquisitions that had to wait for a connection since the pool was made (a counter)."""
+        return self.pool.waits
+
+    @property
+    def max_size(self) -> int:
+        """Connections this worker's pool may hold (its share of ``max_total`` once open)."""
+        return self.pool.max_size
+
+    @property
+    def min_size(self) -> int:
+        return self.pool.min_size
+
+    @property
+    def workers(self) -> int:
+        """The worker processes of this host the pool is sized for."""
+        return self.pool.workers
 
     @classmethod
     def from_aiopg(
@@ -248,8 +266,8 @@ class Database(Pool, _Queries):
 
         @asynccontextmanager
         async def pool(app: Any) -> AsyncIterator[None]:
-            if self._workers_given is None and "worker_processes" in app.state:  # the server's, set before startup
-                self.workers = app.state.worker_processes
+            if "worker_processes" in app.state:  # the server's, set before startup
+                self.pool.adopt_workers(app.state.worker_processes)
             await self.open()
             try:
                 yield
@@ -269,7 +287,7 @@ class Database(Pool, _Queries):
         pinging = self._pinging
         if pinging is None or pinging.done():
             # Checked before a ping starts, not while one connects: that one would count as busy.
-            if self.size >= self.max_size and self.idle == 0:
+            if self.pool.size >= self.pool.max_size and self.pool.idle == 0:
                 return
             pinging = self._pinging = asyncio.ensure_future(self.fetchval("SELECT 1"))
             pinging.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved
@@ -281,11 +299,11 @@ class Database(Pool, _Queries):
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Transaction]:
         """Hold one connection (autocommit) for several statements."""
-        connection = await self._acquire()
+        connection = await self.pool.acquire()
         try:
             yield Transaction(connection, 0)
         finally:
-            self._release(connection)
+            self.pool.release(connection)
 
     # -- queries -----------------------------------------------------------------------
 
@@ -294,7 +312,7 @@ class Database(Pool, _Queries):
         if current is not None:
             return await current.run(sql, params)
         for attempt in (1, 2):
-            connection = await self._acquire(fresh=attempt == 2)
+            connection = await self.pool.acquire(fresh=attempt == 2)
             try:
                 return await connection.execute(sql, params)
             except psycopg2.Error as exc:
@@ -307,7 +325,7 @@ class Database(Pool, _Queries):
                     continue
                 raise translate(exc, sql) from exc
             finally:
-                self._release(connection)
+                self.pool.release(connection)
         raise AssertionError("unreachable")
 
     @asynccontextmanager
@@ -322,7 +340,7 @@ class Database(Pool, _Queries):
                 finally:
                     _current.reset(token)
             return
-        connection = await self._acquire()
+        connection = await self.pool.acquire()
         try:
             async with Transaction(connection, 0).transaction() as transaction:
                 token = _current.set(transaction)
@@ -331,7 +349,7 @@ class Database(Pool, _Queries):
                 finally:
                     _current.reset(token)
         finally:
-            self._release(connection)
+            self.pool.release(connection)
 
 
 def _is_read(sql: str) -> bool:

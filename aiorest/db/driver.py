@@ -6,8 +6,8 @@ connection; a connection runs one statement at a time and returns psycopg2's
 cursor positioned on the results, so rows, row counts and errors are
 psycopg2's whichever driver ran the statement. Two drivers:
 
-- ``"psycopg2"`` (the default, :class:`Psycopg2Driver`): aiorest's own
-  connections over psycopg2's asynchronous mode (connection.py): prepared
+- ``"psycopg2"`` (the default, ``Psycopg2Driver``): aiorest's own
+  connections over psycopg2's asynchronous mode (psycopg2_driver.py): prepared
   statements, no ``wait_for`` per statement;
 - ``"aiopg"`` (aiopg_driver.py): aiopg's connections, opened by the pool or
   borrowed from an ``aiopg.Pool`` the app already has.
@@ -19,13 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .connection import _connect_raw, _Connection
 from .errors import Params
 
-__all__ = ["Connection", "ConnectOptions", "Driver", "Psycopg2Driver"]
+__all__ = ["DatabaseConnection", "ConnectOptions", "Driver", "driver_named"]
 
 
-class Connection(Protocol):
+class DatabaseConnection(Protocol):
     """One connection as the pool sees it.
 
     ``broken``: it failed and must not be reused. ``sent``: the last statement
@@ -78,33 +77,14 @@ class Driver(Protocol):
     def opening(self) -> None:
         """The pool opens (again): what the driver works from is looked up now, once."""
 
-    async def connect(self, options: ConnectOptions) -> Connection: ...
-
-
-class Psycopg2Driver:
-    """aiorest's own connections over psycopg2's asynchronous mode (the default)."""
-
-    name = "psycopg2"
-    owns_connections = True
-    prepares = True
-
-    def opening(self) -> None:
-        pass
-
-    async def connect(self, options: ConnectOptions) -> Connection:
-        assert options.dsn is not None
-        return _Connection(
-            await _connect_raw(options.dsn, options.application_name),
-            prepare=options.prepare,
-            statement_timeout=options.statement_timeout,
-            cancel_at_timeout=options.cancel_at_timeout,
-            lost=options.lost,
-        )
+    async def connect(self, options: ConnectOptions) -> DatabaseConnection: ...
 
 
 def driver_named(name: str) -> Driver:
     """The driver for ``Database(driver=name)``."""
     if name == "psycopg2":
+        from .psycopg2_driver import Psycopg2Driver  # (it imports this module's types)
+
         return Psycopg2Driver()
     if name == "aiopg":
         try:

@@ -93,7 +93,7 @@ def load_migrations(directory: str | Path) -> list[Migration]:
     """The ``NNNN_name.sql`` files of ``directory``, by version.
 
     ``"aiorest:sessions"`` names the migrations aiorest ships (here, the table of
-    :class:`~aiorest.PostgresStore`), recorded under negative versions.
+    :class:`~aiorest.PostgresSessionStore`), recorded under negative versions.
     """
     sign = 1
     if isinstance(directory, str) and directory.startswith(BUILTIN_PREFIX):

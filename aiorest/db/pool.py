@@ -7,11 +7,9 @@ prepares each statement once per connection, and awaits a query without
 ``asyncio.wait_for`` (a ``call_later`` handle is the statement timeout). These
 four measured 2x the throughput of the usual aiopg.Pool code (../shared/PERF.md).
 
-Sizing: ``max_size`` is per worker process; ``max_total`` is the host's, shared
-out between the host's workers when the pool opens. At open, the host's total
-is checked against what PostgreSQL can give (``max_connections`` less its
-reserved connections): a pool that cannot fit refuses to open, since under load
-it would turn requests into 503s and lock out every other client of that server.
+Sizing (``max_size`` per worker process, or ``max_total`` shared out between
+the host's workers, and the check at open that the host's pools fit in
+PostgreSQL) is sizing.py's.
 Connections lost with their server are dropped quietly and replaced; one log
 line per burst counts them, and so do requests turned away because the pool
 was exhausted or PostgreSQL refused a connection.
@@ -20,30 +18,20 @@ was exhausted or PostgreSQL refused a connection.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from collections import deque
-from collections.abc import Callable
 from typing import Literal
 
-from .._support.bursts import BurstLog
 from .._support.errors import first_line
-from .driver import Connection, ConnectOptions, Driver, driver_named
+from .driver import ConnectOptions, DatabaseConnection, Driver, driver_named
 from .errors import DISCONNECTS, DatabaseUnavailable, PoolTimeout
+from .reports import PoolReports, logger
+from .sizing import check_capacity, initial_max_size, share_out
 
 __all__ = ["Pool"]
 
 
-logger = logging.getLogger("aiorest.db")
-
 _CONNECT_ERRORS = (*DISCONNECTS, OSError, TimeoutError)
-# Lost connections, and requests turned away, are logged as one line per burst:
-# a restart ends every connection within milliseconds, so the line waits
-# _REPORT_DELAY to count the burst; and at most one line per _REPORT_GAP, so a
-# flapping server or a lasting overload cannot flood the log (each line counts
-# every event since the previous one).
-_REPORT_DELAY = 0.5
-_REPORT_GAP = 10.0
 # Seconds a cancelled task's statement may take to end (server-side cancel,
 # then ROLLBACK) before its connection is closed instead of reused.
 _RECOVER_TIMEOUT = 5.0
@@ -53,16 +41,11 @@ _RECONNECT_DELAY = 0.05
 _RECONNECT_MAX_DELAY = 1.0
 
 
-def _burst_log(message: Callable[[int, str], str]) -> BurstLog:
-    return BurstLog(logger, message, every=_REPORT_GAP, delay=_REPORT_DELAY)
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
 class Pool:
-    """A bounded FIFO pool of connections: the machinery under Database, which documents the options."""
+    """A bounded FIFO pool of connections: what a Database holds (``db.pool``), which documents the options.
+
+    ``acquire`` gives a connection, ``release`` takes it back; the Database pairs them.
+    """
 
     def __init__(
         self,
@@ -83,17 +66,7 @@ class Pool:
         self.driver = driver_named(driver) if isinstance(driver, str) else driver
         # Until open() shares max_total out between the workers (known by then, not
         # necessarily when the app is made): the whole of it, for one worker.
-        self.max_size: int
-        if max_total is None:
-            self.max_size = 16 if max_size is None else max_size
-            if not 0 <= min_size <= self.max_size or self.max_size < 1:
-                raise ValueError(f"need 0 <= min_size <= max_size and max_size >= 1, got {min_size}, {max_size}")
-        elif max_size is not None:
-            raise ValueError("give max_size (per worker process) or max_total (for the host's workers), not both")
-        elif max_total < 1 or min_size < 0:
-            raise ValueError(f"need max_total >= 1 and min_size >= 0, got {max_total}, {min_size}")
-        else:
-            self.max_size = max_total
+        self.max_size = initial_max_size(min_size, max_size, max_total)
         if workers is not None and workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         if pooler not in (None, "transaction", "session"):
@@ -118,46 +91,20 @@ class Pool:
         self.prepare = self.driver.prepares and pooler != "transaction" if prepare is None else prepare
         self.application_name = application_name
         self._options: ConnectOptions | None = None  # open() makes them
-        self._idle: deque[Connection] = deque()
-        self._waiters: deque[asyncio.Future[Connection]] = deque()
+        self._idle: deque[DatabaseConnection] = deque()
+        self._waiters: deque[asyncio.Future[DatabaseConnection]] = deque()
         self._given_up = 0  # waiters that timed out or were cancelled since the last sweep
         self._waits = 0  # acquisitions that had to wait for a connection, ever
         self._size = 0  # open connections plus those being opened
         self._closed = True
         self._reconnecting: asyncio.Task[None] | None = None
         self._recovering: set[asyncio.Task[None]] = set()
-        self._losses = _burst_log(
-            lambda count, reason: (
-                f"lost {_plural(count, 'connection')} to PostgreSQL: {reason}"
-                + ("" if self._closed else "; reconnecting")
-            )
-        )
-        self._timeouts = _burst_log(
-            lambda count, reason: (
-                f"database pool exhausted: {_plural(count, 'request')} got 503 after waiting"
-                f" {self.acquire_timeout:g} s for a connection (pool max {self.max_size} per worker ×"
-                f" {_plural(self.workers, 'worker')}); raise the pool size if PostgreSQL has room, or acquire_timeout"
-            )
-        )
-        self._refusals = _burst_log(
-            lambda count, reason: (
-                f"PostgreSQL refused {_plural(count, 'new connection')}, requests got 503: {reason}; the pools of every"
-                f" worker and host, with its other clients, need more than its max_connections"
-            )
-        )
+        self.reports = PoolReports(self)
 
-    def _share_out(self) -> None:
-        """Set ``max_size`` (and cap ``min_size``) from ``max_total`` and ``workers``."""
-        if self.max_total is None:
-            return
-        share = self.max_total // self.workers
-        if share < 1:
-            raise RuntimeError(
-                f"max_total {self.max_total} cannot be shared between {self.workers} workers:"
-                " each needs at least one connection"
-            )
-        self.max_size = share
-        self.min_size = min(self._min_wanted, share)
+    def adopt_workers(self, workers: int) -> None:
+        """The server's count of worker processes, told before startup: kept unless ``workers`` was given."""
+        if self._workers_given is None:
+            self.workers = workers
 
     async def open(self) -> None:
         """Connect ``min_size`` connections, and check the host's pools fit in the server (else raise).
@@ -170,7 +117,8 @@ class Pool:
             self.dsn = os.environ.get("DATABASE_URL")
         if not self.dsn and self.driver.owns_connections:
             raise RuntimeError("no database: pass Database(dsn) or set DATABASE_URL")
-        self._share_out()  # the workers are known now: the app may have been made before they were
+        if self.max_total is not None:  # the workers are known now: the app may have been made before they were
+            self.max_size, self.min_size = share_out(self.max_total, self.workers, self._min_wanted)
         self.driver.opening()
         # The same for every connection: made once here, not at each connect (on a borrowed
         # aiopg pool, each statement's).
@@ -190,37 +138,18 @@ class Pool:
                 self._size += 1
                 self._idle.append(await self._connect())
             if self.pooler is None and self._idle:
-                await self._check_capacity(self._idle[0])
+                await check_capacity(self._idle[0], self.max_size, self.workers)
             elif self.pooler is None and not self.driver.owns_connections:
                 # A borrowed pool keeps no connection: one is borrowed for the check.
                 self._size += 1
                 connection = await self._connect()
                 try:
-                    await self._check_capacity(connection)
+                    await check_capacity(connection, self.max_size, self.workers)
                 finally:
                     self._discard(connection)
         except BaseException:
             await self.close()
             raise
-
-    async def _check_capacity(self, connection: Connection) -> None:
-        """Raise if this host's pools could ask PostgreSQL for more connections than it gives."""
-        cursor = await connection.execute(
-            "SELECT current_setting('max_connections')::int, current_setting('superuser_reserved_connections')::int,"
-            " coalesce(current_setting('reserved_connections', true), '0')::int",  # PostgreSQL 16+
-            prepare=False,
-        )
-        max_connections, superuser_reserved, reserved = cursor.fetchone()
-        available = max_connections - superuser_reserved - reserved
-        total = self.max_size * self.workers
-        if total > available:
-            raise RuntimeError(
-                f"database pool too large: pool max {self.max_size} × {_plural(self.workers, 'worker')}"
-                f" = {total} connections exceeds PostgreSQL's max_connections {max_connections}"
-                f" − {superuser_reserved + reserved} reserved = {available}; set Database(max_total=...) for this"
-                f" host to at most {available} less what other clients and hosts need, raise max_connections,"
-                " or put PgBouncer in front"
-            )
 
     async def close(self) -> None:
         """Close every idle connection; connections in use close when released."""
@@ -232,12 +161,16 @@ class Pool:
             recovering.cancel()  # its connection is closed on the way out
         if self._recovering:
             await asyncio.wait(self._recovering)
-        for tally in (self._losses, self._timeouts, self._refusals):
-            tally.flush()
+        self.reports.flush()
         if self._reconnecting is not None:
             self._reconnecting.cancel()
             await asyncio.wait([self._reconnecting])
             self._reconnecting = None  # _reopen's finally never ran if it was cancelled before its first step
+
+    @property
+    def closed(self) -> bool:
+        """Not open, or closed: acquiring raises DatabaseUnavailable."""
+        return self._closed
 
     @property
     def size(self) -> int:
@@ -264,7 +197,7 @@ class Pool:
         """Acquisitions that had to wait for a connection since the pool was made (a counter)."""
         return self._waits
 
-    async def _connect(self) -> Connection:
+    async def _connect(self) -> DatabaseConnection:
         """A new connection, which the caller has counted in ``_size`` (uncounted on failure)."""
         options = self._options
         assert options is not None, "open() first"
@@ -287,7 +220,7 @@ class Pool:
 
     # -- acquire and release ---------------------------------------------------------
 
-    async def _acquire(self, fresh: bool = False) -> Connection:
+    async def acquire(self, fresh: bool = False) -> DatabaseConnection:
         """An idle connection, else a new one, else the next one released.
 
         ``fresh``: a new connection if the pool has room, not an idle one.
@@ -304,36 +237,36 @@ class Pool:
             try:
                 return await self._connect()
             except _CONNECT_ERRORS as exc:
-                self._note_refusal(exc)
+                self.reports.refused(exc)
                 raise DatabaseUnavailable() from exc
         loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[Connection] = loop.create_future()
+        waiter: asyncio.Future[DatabaseConnection] = loop.create_future()
         self._waiters.append(waiter)
         self._waits += 1
         timer = loop.call_later(self.acquire_timeout, _expire, waiter)
         try:
             return await waiter
         except PoolTimeout:
-            self._timeouts.note("")
+            self.reports.timeouts.note("")
             raise
         except asyncio.CancelledError:
             if _handed(waiter):
-                self._release(waiter.result())  # handed a connection just as we were cancelled
+                self.release(waiter.result())  # handed a connection just as we were cancelled
             raise
         finally:
             timer.cancel()
             if not waiter.done():
                 waiter.cancel()
-            if not _handed(waiter):  # _release took a handed waiter off the queue
+            if not _handed(waiter):  # release took a handed waiter off the queue
                 self._gave_up()
 
     def _gave_up(self) -> None:
-        """A waiter timed out, was cancelled or failed; _release and _short skip it.
+        """A waiter timed out, was cancelled or failed; release and _short skip it.
 
         Taking it out of the queue at once would scan it, O(n) a request with
         thousands waiting. Instead the queue is swept once the waiters that gave
         up since the last sweep could be half of it: O(1) each, amortised. (The
-        count is an upper bound — _release and _short also pop such waiters —
+        count is an upper bound — release and _short also pop such waiters —
         which only makes a sweep come earlier.)
         """
         self._given_up += 1
@@ -341,7 +274,7 @@ class Pool:
             self._waiters = deque(waiter for waiter in self._waiters if not waiter.done())
             self._given_up = 0
 
-    def _release(self, connection: Connection) -> None:
+    def release(self, connection: DatabaseConnection) -> None:
         if connection.interrupted and not connection.broken and not self._closed:
             task = asyncio.get_running_loop().create_task(self._recover(connection))
             self._recovering.add(task)
@@ -360,16 +293,7 @@ class Pool:
         else:
             self._discard(connection)  # borrowed: back to the app's pool, for its own code too
 
-    def _note_refusal(self, exc: BaseException) -> None:
-        """Count a connection PostgreSQL refused for lack of slots: max_connections, or a role's or database's limit.
-
-        (Refusals while it restarts are the lost connections' line's story.)
-        """
-        reason = first_line(exc)
-        if any(sign in reason for sign in ("too many clients", "too many connections", "slots are reserved")):
-            self._refusals.note(reason)
-
-    async def _recover(self, connection: Connection) -> None:
+    async def _recover(self, connection: DatabaseConnection) -> None:
         """End the statement a cancelled task left on ``connection``, then pool it again (or close it)."""
         try:
             async with asyncio.timeout(_RECOVER_TIMEOUT):
@@ -379,9 +303,9 @@ class Pool:
         finally:
             if not connection.reusable:  # failed, timed out, or cancelled by close(): not pooled again
                 connection.broken = True
-            self._release(connection)
+            self.release(connection)
 
-    def _discard(self, connection: Connection) -> None:
+    def _discard(self, connection: DatabaseConnection) -> None:
         self._size -= 1
         connection.close()
         self._reconnect()
@@ -397,14 +321,14 @@ class Pool:
 
     # -- lost connections ---------------------------------------------------------------
 
-    def _lost(self, connection: Connection, exc: BaseException) -> None:
+    def _lost(self, connection: DatabaseConnection, exc: BaseException) -> None:
         """``connection`` died with its backend (closed already): drop it if idle, log it, reconnect."""
         if self._closed:
             return
         if connection in self._idle:
             self._idle.remove(connection)
             self._size -= 1
-        self._losses.note(first_line(exc))
+        self.reports.losses.note(first_line(exc))
         self._reconnect()
 
     def _reconnect(self) -> None:
@@ -429,22 +353,22 @@ class Pool:
                 except Exception as exc:
                     # Still unreachable: the waiters hear it now rather than at their timeout.
                     if self._waiters:
-                        self._note_refusal(exc)
+                        self.reports.refused(exc)
                     self._fail_waiters("database unavailable", exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, _RECONNECT_MAX_DELAY)
                     continue
                 delay = _RECONNECT_DELAY
-                self._release(connection)
+                self.release(connection)
         finally:
             self._reconnecting = None
 
 
-def _handed(waiter: asyncio.Future[Connection]) -> bool:
+def _handed(waiter: asyncio.Future[DatabaseConnection]) -> bool:
     """Whether ``waiter`` was given a connection (not timed out, failed or cancelled)."""
     return waiter.done() and not waiter.cancelled() and waiter.exception() is None
 
 
-def _expire(waiter: asyncio.Future[Connection]) -> None:
+def _expire(waiter: asyncio.Future[DatabaseConnection]) -> None:
     if not waiter.done():
         waiter.set_exception(PoolTimeout())

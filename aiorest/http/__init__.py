@@ -1,1 +1,31 @@
 """HTTP messages: the request, the responses, headers, cookies, errors and the JSON codec."""
+
+from .datastructures import Headers, MultiDict, State
+from .exceptions import *  # noqa: F403  (the HTTPError family, listed once, in exceptions.__all__)
+from .exceptions import __all__ as _errors
+from .interfaces import RouteMatch, SessionData
+from .jsonbody import bad_body
+from .jsoncodec import JSONCodec, get_codec
+from .limits import Limits
+from .request import Request
+from .requestid import request_id
+from .response import JSONResponse, Response, StreamResponse, add_vary
+
+__all__ = [
+    "Headers",
+    "JSONCodec",
+    "JSONResponse",
+    "Limits",
+    "MultiDict",
+    "Request",
+    "Response",
+    "RouteMatch",
+    "SessionData",
+    "State",
+    "StreamResponse",
+    "add_vary",
+    "bad_body",
+    "get_codec",
+    "request_id",
+    *_errors,
+]

@@ -40,7 +40,7 @@ class AppInterface(Protocol):
 
 class SessionData(MutableMapping[str, Any]):
     """What :attr:`aiorest.Request.session` gives: the base of the session middleware's
-    :class:`~aiorest.sessions.Session`, here so that the request needs nothing above it."""
+    :class:`~aiorest.middleware.sessions.Session`, here so that the request needs nothing above it."""
 
     id: str
 

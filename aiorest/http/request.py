@@ -6,13 +6,12 @@ asks: a handler that never touches them does not pay for decoding them.
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import parse_qsl
 
+from .body import IncomingBody
 from .cookies import parse_cookie
 from .datastructures import Headers, MultiDict, State, raw_header, raw_header_values
 from .exceptions import ClientDisconnected, HTTPBadRequest
@@ -45,19 +44,13 @@ class Request:
     _query: MultiDict | None = None
     _cookies: dict[str, str] | None = None
     _state: State | None = None
-    _chunks: deque[bytes] | None = None
-    _buffered = 0
-    _body: bytes | None = None
+    _body: bytes | None = None  # the whole body once read (or replaced)
+    _body_taken = False  # read or streamed: the chunks are gone
     # The class's values describe the server's common request, which it makes without
     # calling __init__ (see _h1/connection.py): no body, HTTP/1.1 kept alive, no Expect.
     # __init__ sets both for every other request.
-    _body_done = True
+    _incoming: IncomingBody | None = None  # the body to come (body.py); None: none
     _plain = True  # whether the server may answer it the short way (driving.py)
-    _body_error: BaseException | None = None
-    _body_taken = False
-    _waiter: asyncio.Future[None] | None = None
-    _expect_continue = False
-    _discard = False
     _forwarded: Forwarded | None = None
     # set by SessionMiddleware (attach_session): opens the session on first access
     _session_opener: Callable[[Request], SessionData] | None = None
@@ -93,12 +86,10 @@ class Request:
         self.raw_headers = raw_headers
         #: The connection the request came on (its peer, its transport, the source of its body); None once it is gone.
         self.protocol = protocol
-        self._body_done = False
+        self._incoming = IncomingBody(expect_continue)
         self._plain = keep_alive and http_version == "1.1" and not expect_continue and method != "HEAD"
         if not keep_alive:
             self.keep_alive = False
-        if expect_continue:
-            self._expect_continue = True
 
     # -- head ---------------------------------------------------------------
 
@@ -160,7 +151,7 @@ class Request:
             if opener is None:
                 raise RuntimeError(
                     "request.session needs SessionMiddleware around this route: add"
-                    " SessionMiddleware(CookieStore(secrets=[...])) to App(middleware=[...]),"
+                    " SessionMiddleware(CookieSessionStore(secrets=[...])) to App(middleware=[...]),"
                     " to a Router's or to the route's middleware=[...]"
                 )
             session = self._session = opener(self)
@@ -288,10 +279,8 @@ class Request:
         if self._body_taken:
             raise RuntimeError("the request body was already streamed")
         self._body_taken = True
-        while True:
-            chunk = await self._next_chunk()
-            if chunk is None:
-                return
+        incoming = self._incoming
+        while incoming is not None and (chunk := await incoming.next_chunk(self._source)) is not None:
             yield chunk
 
     async def read(self) -> bytes:
@@ -305,13 +294,8 @@ class Request:
                 raise RuntimeError("the request body was already streamed")
             await self.buffer_body()
             self._body_taken = True
-            parts = []
-            while True:
-                chunk = await self._next_chunk()
-                if chunk is None:
-                    break
-                parts.append(chunk)
-            self._body = b"".join(parts)
+            incoming = self._incoming
+            self._body = b"" if incoming is None else await incoming.read_all(self._source)
         return self._body
 
     async def text(self) -> str:
@@ -363,30 +347,16 @@ class Request:
         self._headers = None
         self._body = body
 
-    async def _next_chunk(self) -> bytes | None:
-        while True:
-            if self._chunks:
-                chunk = self._chunks.popleft()
-                self._buffered -= len(chunk)
-                if self.protocol is not None:
-                    self.protocol.body_consumed(len(chunk))
-                return chunk
-            if self._body_error is not None:
-                raise self._body_error
-            if self._body_done:
-                return None
-            if self.protocol is None:
-                raise ClientDisconnected("the request body is no longer available")
-            try:
-                await self._more_body(self.protocol)
-            finally:
-                self._waiter = None
+    def _source(self) -> BodySource | None:
+        """Where the body comes from now: None once the connection is gone."""
+        return self.protocol
 
     @property
     def waits_for_continue(self) -> bool:
         """Whether the client still waits for ``100 Continue`` before sending its body: it sent
         ``Expect: 100-continue``, no one has read the body yet, and the body has not arrived."""
-        return self._expect_continue and not self._body_done
+        incoming = self._incoming
+        return incoming is not None and incoming.waits_for_continue
 
     async def buffer_body(self) -> None:
         """Wait, taking nothing out of it, until the whole body is in the server's memory;
@@ -397,68 +367,33 @@ class Request:
         The admission gate waits here before it gives a request a handler slot,
         so that a client sending its body slowly holds no slot meanwhile, whatever its size.
         """
-        protocol = self.protocol
-        if not self._body_done and protocol is not None:
-            protocol.buffer_whole_body()
-        while not self._body_done and protocol is not None:
-            try:
-                await self._more_body(protocol)
-            finally:
-                self._waiter = None
-            protocol = self.protocol
-        if self._body_error is not None:
-            raise self._body_error
-        if not self._body_done and self._body is None:
+        incoming = self._incoming
+        if incoming is None:
+            return
+        await incoming.buffer(self._source)
+        if not incoming.done and self._body is None:
             raise ClientDisconnected("the request body is no longer available")
 
-    def _more_body(self, protocol: BodySource) -> asyncio.Future[None]:
-        """What wakes when more of the body arrives (its end, an error); asks for it if the client waits for 100."""
-        if self._expect_continue:
-            self._expect_continue = False
-            protocol.send_continue()
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
-        return waiter
-
-    # -- fed by the connection ---------------------------------------------------
-    # The server's side of the body: the connection that parsed this request feeds it
-    # here, ends it, and drops what is left once the request is answered. An app never
-    # calls these.
+    # -- fed by the connection that parsed it (body.py); an app never calls these ----------
 
     def feed_body(self, chunk: bytes) -> int:
         """Add ``chunk`` to the body; returns how many bytes it buffered (0 once the body is dropped)."""
-        if self._discard:
-            return 0
-        if self._chunks is None:
-            self._chunks = deque()
-        self._chunks.append(chunk)
-        self._buffered += len(chunk)
-        self._wake()
-        return len(chunk)
+        incoming = self._incoming
+        return 0 if incoming is None else incoming.feed(chunk)
 
     def end_body(self, error: BaseException | None = None) -> None:
         """The body is complete, or failed with ``error`` (raised to whoever reads it)."""
-        if error is not None and self._body_error is None and not self._body_done:
-            self._body_error = error
-        self._body_done = True
-        self._wake()
+        incoming = self._incoming
+        if incoming is not None:
+            incoming.end(error)
 
     def drop_body(self) -> int:
         """The request is answered: free its buffered body and discard what is still to come.
 
         Returns how many buffered bytes it freed.
         """
-        freed = 0
-        if self._chunks is not None:
-            freed = self._buffered
-            self._chunks = None
-        if not self._body_done:
-            self._discard = True
-        return freed
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        incoming = self._incoming
+        return 0 if incoming is None else incoming.drop()
 
     def __repr__(self) -> str:
         return f"<Request {self.method} {self.path}>"

@@ -1,1 +1,7 @@
-"""Middleware that ships with aiorest: CORS, compression and sessions."""
+"""Middleware that ships with aiorest: CORS and compression here; sessions and idempotency keys
+in their own packages (:mod:`aiorest.middleware.sessions`, :mod:`aiorest.middleware.idempotency`)."""
+
+from .compression import BROTLI_AVAILABLE, Compression, Decompression
+from .cors import CORS
+
+__all__ = ["CORS", "Compression", "Decompression", "BROTLI_AVAILABLE"]

@@ -1,1 +1,18 @@
 """What the server wraps around endpoints: access log, admission, health, metrics, loop lag."""
+
+from .accesslog import AccessLog
+from .admission import Admission
+from .health import HealthProbes
+from .lag import LoopLagMonitor
+from .metrics import Metrics, prepare_multiprocess_dir, prometheus_available, worker_exited
+
+__all__ = [
+    "AccessLog",
+    "Admission",
+    "HealthProbes",
+    "LoopLagMonitor",
+    "Metrics",
+    "prepare_multiprocess_dir",
+    "prometheus_available",
+    "worker_exited",
+]

@@ -1,5 +1,6 @@
 """Routes, convertors and the compiled route table."""
 
+from .convertors import Convertor
 from .route import (
     HANDLER_MIDDLEWARE,
     METHODS,
@@ -20,6 +21,7 @@ __all__ = [
     "RouteOptions",
     "RouteTable",
     "NoMatchFound",
+    "Convertor",
     "Handler",
     "Middleware",
     "METHODS",

@@ -24,8 +24,8 @@ __all__ = [
     "is_idempotency_exempt",
 ]
 
-#: The attribute under which :func:`~aiorest.auth.login_required` and
-#: :func:`~aiorest.auth.requires` mark a handler as needing credentials: its
+#: The attribute under which :func:`~aiorest.security.login_required` and
+#: :func:`~aiorest.security.requires` mark a handler as needing credentials: its
 #: operation lists the security schemes of the ``Auth`` middleware around it.
 SECURED = "__aiorest_secured__"
 _RAISES = "__aiorest_raises__"

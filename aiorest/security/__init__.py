@@ -1,1 +1,68 @@
-"""Identity and authorization policies, password hashing, login rate limits (public path: :mod:`aiorest.auth`)."""
+"""Identity and authorization, password hashing, and rate limits with the stores they count in.
+
+The public path of everything here is :mod:`aiorest.security` (``from aiorest.security import
+Auth, requires``); the modules behind it are the package's own business.
+"""
+
+from .auth import (
+    Auth,
+    AuthorizationPolicy,
+    HasPermissions,
+    PermissionsPolicy,
+    identity,
+    login_required,
+    permits,
+    requires,
+    unauthorized,
+)
+from .identities import (
+    AnyIdentity,
+    BearerTokenIdentity,
+    IdentityPolicy,
+    SessionIdentity,
+    bearer_token,
+    token_hash,
+    tokens_equal,
+)
+from .limits import (
+    Hit,
+    LimitStore,
+    LimitStoreUnavailable,
+    LoginAttempt,
+    LoginRateLimiter,
+    PostgresLimitStore,
+    RateLimit,
+    RedisLimitStore,
+)
+from .passwords import Passwords, hash_password, needs_rehash, verify_password
+
+__all__ = [
+    "AnyIdentity",
+    "Auth",
+    "AuthorizationPolicy",
+    "BearerTokenIdentity",
+    "HasPermissions",
+    "Hit",
+    "IdentityPolicy",
+    "LimitStore",
+    "LimitStoreUnavailable",
+    "LoginAttempt",
+    "LoginRateLimiter",
+    "Passwords",
+    "PermissionsPolicy",
+    "PostgresLimitStore",
+    "RateLimit",
+    "RedisLimitStore",
+    "SessionIdentity",
+    "bearer_token",
+    "hash_password",
+    "identity",
+    "login_required",
+    "needs_rehash",
+    "permits",
+    "requires",
+    "token_hash",
+    "tokens_equal",
+    "unauthorized",
+    "verify_password",
+]

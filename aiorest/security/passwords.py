@@ -1,6 +1,6 @@
 """Password hashing with argon2id, off the event loop, in bounded lanes.
 
-Re-exported by :mod:`aiorest.auth`, where :doc:`auth` documents it.
+Re-exported by :mod:`aiorest.security`, where :doc:`auth` documents it.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from .binding import TypedEndpoint
 from .declare import VALIDATION_MESSAGE, Body, Cookie, HandlerSignature, Header, Parameter, Query, read_signature
+from .openapi import OPENAPI_VERSION, SECURED, HasRoutes, build_openapi, raises
 
 __all__ = [
     "Query",
@@ -13,4 +14,9 @@ __all__ = [
     "read_signature",
     "VALIDATION_MESSAGE",
     "TypedEndpoint",
+    "build_openapi",
+    "raises",
+    "HasRoutes",
+    "OPENAPI_VERSION",
+    "SECURED",
 ]

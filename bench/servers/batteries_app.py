@@ -14,9 +14,19 @@ import argparse
 import os
 from typing import Any
 
-from aiorest import CORS, App, Compression, CookieStore, PostgresStore, RedisStore, Request, Router, SessionMiddleware
+from aiorest import (
+    CORS,
+    App,
+    Compression,
+    CookieSessionStore,
+    PostgresSessionStore,
+    RedisSessionStore,
+    Request,
+    Router,
+    SessionMiddleware,
+)
 from aiorest.db import Database
-from aiorest.migrations import migrate
+from aiorest.db import migrate
 
 SMALL = {"id": 1, "title": "a note", "done": False, "tags": ["x", "y"], "body": "b" * 40}  # about 100 B
 BIG = {"items": [{"id": i, "title": f"note {i}", "done": i % 2 == 0} for i in range(250)]}  # about 10 KB
@@ -68,9 +78,9 @@ def add_session_routes(name: str, store: Any) -> None:
     app.include(sessions, f"/session/{name}")
 
 
-add_session_routes("cookie", CookieStore(secrets=["bench-secret-" + "x" * 32]))
+add_session_routes("cookie", CookieSessionStore(secrets=["bench-secret-" + "x" * 32]))
 if os.environ.get("BATTERIES_REDIS"):
-    add_session_routes("redis", RedisStore(os.environ["BATTERIES_REDIS"], prefix="aiorest-bench:"))
+    add_session_routes("redis", RedisSessionStore(os.environ["BATTERIES_REDIS"], prefix="aiorest-bench:"))
 if os.environ.get("BATTERIES_DSN"):
     database = Database(os.environ["BATTERIES_DSN"], min_size=2, max_size=8)
     database.setup(app)
@@ -79,7 +89,7 @@ if os.environ.get("BATTERIES_DSN"):
         await migrate(database, "aiorest:sessions")
 
     app.on_startup.append(sessions_table)
-    add_session_routes("pg", PostgresStore(database))
+    add_session_routes("pg", PostgresSessionStore(database))
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()

@@ -4,7 +4,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from aiorest import App, HTTPUnauthorized, Request
-from aiorest.auth import (
+from aiorest.security import (
     Auth,
     BearerTokenIdentity,
     LoginRateLimiter,

@@ -2,8 +2,8 @@
 
 import os
 
-from aiorest import App, CookieStore, Request, Router, SessionMiddleware
-from aiorest.auth import (
+from aiorest import App, CookieSessionStore, Request, Router, SessionMiddleware
+from aiorest.security import (
     AnyIdentity,
     Auth,
     BearerTokenIdentity,
@@ -30,7 +30,7 @@ async def user_by_token(token: str) -> dict[str, object] | None:
 
 api = Router(
     middleware=[
-        SessionMiddleware(CookieStore(secrets=SECRETS)),
+        SessionMiddleware(CookieSessionStore(secrets=SECRETS)),
         Auth(AnyIdentity(SessionIdentity(load_user), BearerTokenIdentity(user_by_token))),
     ]
 )

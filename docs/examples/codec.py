@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 from aiorest import App, JSONCodec, Request
-from aiorest.jsoncodec import get_codec
+from aiorest.http import get_codec
 
 
 def default(value: Any) -> Any:

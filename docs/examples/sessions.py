@@ -2,13 +2,13 @@
 
 import os
 
-from aiorest import App, CookieStore, HTTPUnauthorized, Request, SessionMiddleware
+from aiorest import App, CookieSessionStore, HTTPUnauthorized, Request, SessionMiddleware
 
 # At least 32 random bytes, from the environment in production; the new secret
 # goes first, the previous one after it until its cookies have expired.
 SECRETS = [os.environ.get("SESSION_SECRET", "change-me-to-32-random-bytes-or-more")]
 
-app = App(middleware=[SessionMiddleware(CookieStore(secrets=SECRETS), max_age=3600)])
+app = App(middleware=[SessionMiddleware(CookieSessionStore(secrets=SECRETS), max_age=3600)])
 
 
 @app.post("/login")

@@ -31,9 +31,9 @@ import psycopg2
 import psycopg2.errors
 import psycopg2.extensions
 
-from aiorest.auth import LoginRateLimiter, token_hash
-from aiorest.exceptions import HTTPError
-from aiorest.sessions import stored_id
+from aiorest.security import LoginRateLimiter, token_hash
+from aiorest.http import HTTPError
+from aiorest.middleware.sessions import stored_id
 
 JSON_TYPE = "application/json"
 TEXT_TYPE = "text/plain; charset=utf-8"

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiorest import App, Request, Response
 from aiorest.db import Database
-from aiorest.idempotency import Idempotency, PostgresIdempotencyStore
+from aiorest.middleware.idempotency import Idempotency, PostgresIdempotencyStore
 
 db = Database(os.environ["DATABASE_URL"], min_size=1, max_size=4)
 app = App()

@@ -2,7 +2,7 @@
 
 Rows as dicts, the helpers, transactions and savepoints, the errors as HTTP
 answers, the statement timeout, the capacity check, /readyz and the pool
-metrics, PostgresStore and the migrations: each against a real PostgreSQL,
+metrics, PostgresSessionStore and the migrations: each against a real PostgreSQL,
 on connections aiorest opens and on connections borrowed from an aiopg pool.
 """
 
@@ -17,10 +17,17 @@ from typing import Any
 import aiohttp
 import pytest
 
-from aiorest import App, PostgresStore, Request, Server
-from aiorest.db import ConstraintViolation, Database, InvalidValue, NulCharacter, StatementTimeout, UniqueViolation
+from aiorest import App, PostgresSessionStore, Request, Server
+from aiorest.db import (
+    ConstraintViolation,
+    Database,
+    InvalidValue,
+    NulCharacter,
+    StatementTimeout,
+    UniqueViolation,
+    migrate,
+)
 from aiorest.middleware.sessions.session import Session
-from aiorest.migrations import migrate
 
 aiopg = pytest.importorskip("aiopg")
 
@@ -161,7 +168,7 @@ async def test_sessions_and_migrations(database_url: str, flavour: str, tmp_path
     async with database(database_url, flavour) as db:
         assert [m.version for m in await migrate(db, tmp_path)] == [1]
         assert [m.version for m in await migrate(db, "aiorest:sessions")] == [-1]
-        store = PostgresStore(db)
+        store = PostgresSessionStore(db)
         session = Session({"user": "ann"})
         session_id = await store.save(session, 60)
         loaded = await store.load(session_id, 60)

@@ -188,7 +188,7 @@ async def test_waiters_that_give_up_do_not_pile_up(database_url):
         for _ in range(4):
             results = await asyncio.gather(*(db.fetchval("SELECT 1") for _ in range(100)), return_exceptions=True)
             assert all(isinstance(result, PoolTimeout) for result in results)
-        assert len(db._waiters) <= 130  # 400 gave up
+        assert len(db.pool._waiters) <= 130  # 400 gave up
         done.set()
         await holder
         assert await db.fetchval("SELECT 2") == 2
@@ -307,8 +307,8 @@ async def test_pool_refills_after_an_open_that_failed_earlier(database_url, capl
     db = Database("postgresql://postgres@127.0.0.1:1/postgres?connect_timeout=1", min_size=2, max_size=2)
     with pytest.raises(psycopg2.OperationalError):
         await db.open()
-    db.dsn = database_url
-    db.application_name = "aiorest-reopened"
+    db.pool.dsn = database_url
+    db.pool.application_name = "aiorest-reopened"
     await db.open()
     try:
         assert await asyncio.to_thread(kill_backends, database_url, "aiorest-reopened") == 2

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from aiorest.db import Database
-from aiorest.migrations import MigrationError, load_migrations, migrate, migration_status
+from aiorest.db import Database, MigrationError, load_migrations, migrate, migration_status
 
 
 def write(folder: Path, name: str, sql: str) -> None:

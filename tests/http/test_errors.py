@@ -28,7 +28,7 @@ from tests.wire import fetch, get, read_response
 
 ERROR_CLASSES = [
     getattr(aiorest, name)
-    for name in aiorest.exceptions.__all__
+    for name in aiorest.http.exceptions.__all__
     if name not in ("HTTPError", "HTTPMethodNotAllowed", "ClientDisconnected")
 ]
 

@@ -1,4 +1,4 @@
-"""Response compression and bounded request decompression (aiorest.compression), over real sockets."""
+"""Response compression and bounded request decompression (aiorest.middleware), over real sockets."""
 
 from __future__ import annotations
 
@@ -452,7 +452,7 @@ async def test_default_limit_is_the_apps(aiorest_client) -> None:
 def test_without_brotli_only_gzip_and_deflate() -> None:
     script = (
         "import sys; sys.modules['brotli'] = None\n"
-        "from aiorest.compression import BROTLI_AVAILABLE, Compression, Decompression\n"
+        "from aiorest.middleware import BROTLI_AVAILABLE, Compression, Decompression\n"
         "assert not BROTLI_AVAILABLE\n"
         "assert Compression().codings == ('gzip',)\n"
         "assert Decompression().codings == ('gzip', 'deflate')\n"

@@ -13,7 +13,17 @@ from typing import Any
 
 import pytest
 
-from aiorest import CORS, App, Compression, CookieStore, HTTPConflict, Request, Response, Router, SessionMiddleware
+from aiorest import (
+    CORS,
+    App,
+    Compression,
+    CookieSessionStore,
+    HTTPConflict,
+    Request,
+    Response,
+    Router,
+    SessionMiddleware,
+)
 from aiorest.http.datastructures import Headers
 from aiorest.http.response import add_vary
 from aiorest.testing import TestClient
@@ -350,7 +360,7 @@ SECRET = "s" * 32
 MIDDLEWARE: dict[str, Callable[[], Any]] = {
     "compression": lambda: Compression(minimum_size=100),
     "cors": lambda: CORS([SITE], allow_credentials=True),
-    "sessions": lambda: SessionMiddleware(CookieStore([SECRET])),
+    "sessions": lambda: SessionMiddleware(CookieSessionStore([SECRET])),
 }
 
 

@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 
 from aiorest import App, HTTPServiceUnavailable, Request, Response
-from aiorest.db import Database
-from aiorest.idempotency import (
+from aiorest.db import Database, migrate
+from aiorest.middleware.idempotency import (
     Idempotency,
     IdempotencyStore,
     MemoryIdempotencyStore,
@@ -25,7 +25,6 @@ from aiorest.idempotency import (
     Stored,
     idempotency_exempt,
 )
-from aiorest.migrations import migrate
 from load.procs import AiorestProcess
 from tests.redisserver import RedisServer
 

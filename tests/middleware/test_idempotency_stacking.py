@@ -11,7 +11,16 @@ from typing import Any
 
 import pytest
 
-from aiorest import CORS, App, Compression, CookieStore, Idempotency, MemoryIdempotencyStore, Request, SessionMiddleware
+from aiorest import (
+    CORS,
+    App,
+    Compression,
+    CookieSessionStore,
+    Idempotency,
+    MemoryIdempotencyStore,
+    Request,
+    SessionMiddleware,
+)
 
 SECRET = "s" * 40
 ORIGINS = ("https://a.example", "https://b.example")
@@ -25,7 +34,7 @@ def make(name: str) -> Any:
         return Compression(brotli=False)
     if name == "cors":
         return CORS(list(ORIGINS))
-    return SessionMiddleware(CookieStore([SECRET]))
+    return SessionMiddleware(CookieSessionStore([SECRET]))
 
 
 def notes_app(order: tuple[str, ...]) -> tuple[App, list[int]]:

@@ -16,10 +16,18 @@ from typing import Any
 import aiohttp
 import pytest
 
-from aiorest import App, CookieStore, HTTPConflict, PostgresStore, RedisStore, Request, Router, SessionMiddleware
-from aiorest.db import Database
-from aiorest.middleware.sessions.middleware import COOKIE_LIMIT, Session, SessionStore, stored_id
-from aiorest.migrations import MigrationError, load_migrations, migrate
+from aiorest import (
+    App,
+    CookieSessionStore,
+    HTTPConflict,
+    PostgresSessionStore,
+    RedisSessionStore,
+    Request,
+    Router,
+    SessionMiddleware,
+)
+from aiorest.db import Database, MigrationError, load_migrations, migrate
+from aiorest.middleware.sessions import COOKIE_LIMIT, Session, SessionStore, stored_id
 from aiorest.server import Server
 from tests.redisserver import RedisServer, answers
 
@@ -97,7 +105,7 @@ def forge(payload: dict[str, Any], signature: str = "AAAA") -> str:
 
 
 async def test_set_then_read_across_requests(aiorest_client: Any) -> None:
-    client = await client_for(aiorest_client, CookieStore([NEW]))
+    client = await client_for(aiorest_client, CookieSessionStore([NEW]))
     async with client.post("/s/set", json={"user": "ann", "n": [1, 2]}) as response:
         assert response.status == 200
         (cookie,) = set_cookies(response)
@@ -111,7 +119,7 @@ async def test_set_then_read_across_requests(aiorest_client: Any) -> None:
 
 
 async def test_untouched_and_unchanged_sessions_send_no_cookie(aiorest_client: Any) -> None:
-    client = await client_for(aiorest_client, CookieStore([NEW]))
+    client = await client_for(aiorest_client, CookieSessionStore([NEW]))
     async with client.get("/s/untouched") as response:
         assert response.status == 200 and set_cookies(response) == []
     async with client.get("/s/get") as response:  # read while empty: nothing to write
@@ -125,7 +133,7 @@ def test_session_without_middleware_names_the_fix() -> None:
 
 
 async def test_tampered_malformed_and_oversized_cookies_give_an_empty_session(aiorest_client: Any) -> None:
-    store = CookieStore([NEW])
+    store = CookieSessionStore([NEW])
     client = await client_for(aiorest_client, store)
     good = await store.save(Session({"role": "user"}), 60)
     payload, _, signature = good.rpartition(".")
@@ -147,7 +155,7 @@ async def test_tampered_malformed_and_oversized_cookies_give_an_empty_session(ai
 
 
 async def test_expired_cookie_gives_an_empty_session(aiorest_client: Any) -> None:
-    store = CookieStore([NEW])
+    store = CookieSessionStore([NEW])
     client = await client_for(aiorest_client, store, max_age=60)
     old = Session({"user": "ann"})
     value = await store.save(old, 60)
@@ -161,23 +169,23 @@ async def test_expired_cookie_gives_an_empty_session(aiorest_client: Any) -> Non
 
 
 async def test_key_rotation(aiorest_client: Any) -> None:
-    signed_by_old = await CookieStore([OLD]).save(Session({"k": 1}), 60)
-    rotated = CookieStore([NEW, OLD])
+    signed_by_old = await CookieSessionStore([OLD]).save(Session({"k": 1}), 60)
+    rotated = CookieSessionStore([NEW, OLD])
     assert rotated.load_now(signed_by_old, 60) is not None  # the old secret still verifies
-    assert CookieStore([NEW]).load_now(signed_by_old, 60) is None  # once dropped, it does not
+    assert CookieSessionStore([NEW]).load_now(signed_by_old, 60) is None  # once dropped, it does not
     signed_now = await rotated.save(Session({"k": 1}), 60)
-    assert CookieStore([NEW]).load_now(signed_now, 60) is not None  # the new one signs
-    assert CookieStore([OLD]).load_now(signed_now, 60) is None
+    assert CookieSessionStore([NEW]).load_now(signed_now, 60) is not None  # the new one signs
+    assert CookieSessionStore([OLD]).load_now(signed_now, 60) is None
 
 
 def test_secrets_are_checked() -> None:
     for bad in (["short"], [], "x" * 40, [NEW, b"tiny"]):
         with pytest.raises(ValueError):
-            CookieStore(bad)  # type: ignore[arg-type]
+            CookieSessionStore(bad)  # type: ignore[arg-type]
 
 
 async def test_oversized_session_is_a_clear_error(aiorest_client: Any, caplog: pytest.LogCaptureFixture) -> None:
-    client = await client_for(aiorest_client, CookieStore([NEW]))
+    client = await client_for(aiorest_client, CookieSessionStore([NEW]))
     async with client.post("/s/set", json={"big": "x" * 4000}) as response:
         assert response.status == 500 and set_cookies(response) == []
     assert "over the 4096 browsers keep" in caplog.text
@@ -195,7 +203,7 @@ def test_values_must_be_json() -> None:
 
 
 async def test_rotate_changes_the_id_and_keeps_the_data(aiorest_client: Any) -> None:
-    client = await client_for(aiorest_client, CookieStore([NEW]))
+    client = await client_for(aiorest_client, CookieSessionStore([NEW]))
     async with client.post("/s/set", json={"user": "ann"}) as response:
         first = (await response.json())["id"]
     async with client.post("/s/rotate") as response:
@@ -207,7 +215,7 @@ async def test_rotate_changes_the_id_and_keeps_the_data(aiorest_client: Any) -> 
 
 
 async def test_invalidate_expires_the_cookie(aiorest_client: Any) -> None:
-    client = await client_for(aiorest_client, CookieStore([NEW]))
+    client = await client_for(aiorest_client, CookieSessionStore([NEW]))
     await (await client.post("/s/set", json={"user": "ann"})).release()
     async with client.post("/s/invalidate") as response:
         (cookie,) = set_cookies(response)
@@ -222,20 +230,20 @@ async def test_invalidate_expires_the_cookie(aiorest_client: Any) -> None:
 
 
 async def test_a_raised_error_saves_nothing(aiorest_client: Any) -> None:
-    client = await client_for(aiorest_client, CookieStore([NEW]))
+    client = await client_for(aiorest_client, CookieSessionStore([NEW]))
     async with client.post("/s/error") as response:
         assert response.status == 409 and set_cookies(response) == []
 
 
 async def test_route_without_middleware_fails_clearly(aiorest_client: Any, caplog: pytest.LogCaptureFixture) -> None:
-    client = await client_for(aiorest_client, CookieStore([NEW]))
+    client = await client_for(aiorest_client, CookieSessionStore([NEW]))
     async with client.get("/plain") as response:
         assert response.status == 500
     assert "needs SessionMiddleware" in caplog.text
 
 
 async def test_secure_only_over_https_from_a_trusted_proxy() -> None:
-    server = Server(make_app(CookieStore([NEW])), host="127.0.0.1", port=0, forwarded_allow_ips="127.0.0.1")
+    server = Server(make_app(CookieSessionStore([NEW])), host="127.0.0.1", port=0, forwarded_allow_ips="127.0.0.1")
     await server.start()
     try:
         async with aiohttp.ClientSession(base_url=server.url) as client:
@@ -249,9 +257,9 @@ async def test_secure_only_over_https_from_a_trusted_proxy() -> None:
 
 async def test_middleware_options_are_checked() -> None:
     with pytest.raises(ValueError):
-        SessionMiddleware(CookieStore([NEW]), max_age=0)
+        SessionMiddleware(CookieSessionStore([NEW]), max_age=0)
     with pytest.raises(ValueError):
-        SessionMiddleware(CookieStore([NEW]), cookie_name="bad name")
+        SessionMiddleware(CookieSessionStore([NEW]), cookie_name="bad name")
 
 
 # -- the Redis store --------------------------------------------------------------
@@ -268,9 +276,9 @@ def redis_url() -> Iterator[str]:
 
 
 @pytest.fixture
-async def redis_store(redis_url: str) -> AsyncIterator[RedisStore]:
+async def redis_store(redis_url: str) -> AsyncIterator[RedisSessionStore]:
     """A store under a prefix of its own; its keys are removed afterwards."""
-    store = RedisStore(redis_url, prefix=f"test:{uuid.uuid4().hex}:")
+    store = RedisSessionStore(redis_url, prefix=f"test:{uuid.uuid4().hex}:")
     try:
         yield store
     finally:
@@ -288,7 +296,7 @@ async def test_a_silent_redis_is_a_503_after_the_timeout_never_a_hang(aiorest_cl
     silent = socket.socket()  # accepts connections (the backlog does) and never answers
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)
-    store = RedisStore(f"redis://127.0.0.1:{silent.getsockname()[1]}/0", timeout=0.3)
+    store = RedisSessionStore(f"redis://127.0.0.1:{silent.getsockname()[1]}/0", timeout=0.3)
     try:
         client = await client_for(aiorest_client, store)
         started = time.monotonic()
@@ -301,7 +309,7 @@ async def test_a_silent_redis_is_a_503_after_the_timeout_never_a_hang(aiorest_cl
         silent.close()
 
 
-async def test_redis_set_read_and_ttl(aiorest_client: Any, redis_store: RedisStore) -> None:
+async def test_redis_set_read_and_ttl(aiorest_client: Any, redis_store: RedisSessionStore) -> None:
     client = await client_for(aiorest_client, redis_store, max_age=120)
     async with client.get("/s/untouched", cookies={"session": "x" * 43}) as response:
         assert set_cookies(response) == []  # an unknown id: nothing written
@@ -317,7 +325,9 @@ async def test_redis_set_read_and_ttl(aiorest_client: Any, redis_store: RedisSto
         assert set_cookies(response) == []
 
 
-async def test_redis_bad_or_unknown_ids_never_become_sessions(aiorest_client: Any, redis_store: RedisStore) -> None:
+async def test_redis_bad_or_unknown_ids_never_become_sessions(
+    aiorest_client: Any, redis_store: RedisSessionStore
+) -> None:
     client = await client_for(aiorest_client, redis_store)
     chosen = "A" * 43  # well-formed, but no such session: a fixation attempt
     for value in (chosen, "short", "../../etc", "x" * 5000):
@@ -327,7 +337,7 @@ async def test_redis_bad_or_unknown_ids_never_become_sessions(aiorest_client: An
     assert await redis_store.redis.exists(redis_store.prefix + stored_id(chosen)) == 0
 
 
-async def test_redis_rotate_and_invalidate(aiorest_client: Any, redis_store: RedisStore) -> None:
+async def test_redis_rotate_and_invalidate(aiorest_client: Any, redis_store: RedisSessionStore) -> None:
     client = await client_for(aiorest_client, redis_store)
     async with client.post("/s/set", json={"user": "ann"}) as response:
         first = (await response.json())["id"]
@@ -343,7 +353,7 @@ async def test_redis_rotate_and_invalidate(aiorest_client: Any, redis_store: Red
     assert await redis_store.redis.exists(redis_store.prefix + stored_id(second)) == 0
 
 
-async def test_redis_deletes_only_the_deleted_key(aiorest_client: Any, redis_store: RedisStore) -> None:
+async def test_redis_deletes_only_the_deleted_key(aiorest_client: Any, redis_store: RedisSessionStore) -> None:
     client = await client_for(aiorest_client, redis_store)
     async with client.post("/s/set", json={"a": 1, "b": 2}) as response:
         session_id = (await response.json())["id"]
@@ -365,7 +375,7 @@ async def write_two_keys_at_once(aiorest_client: Any, store: SessionStore) -> tu
     return client, session_id
 
 
-async def test_redis_concurrent_requests_keep_both_keys(aiorest_client: Any, redis_store: RedisStore) -> None:
+async def test_redis_concurrent_requests_keep_both_keys(aiorest_client: Any, redis_store: RedisSessionStore) -> None:
     client, session_id = await write_two_keys_at_once(aiorest_client, redis_store)
     async with client.get("/s/get") as response:
         assert (await response.json())["data"] == {"start": 0, "a": 1, "b": 2}
@@ -374,11 +384,11 @@ async def test_redis_concurrent_requests_keep_both_keys(aiorest_client: Any, red
 
 def test_redis_store_options_are_checked() -> None:
     with pytest.raises(ValueError):
-        RedisStore("redis://127.0.0.1:6379/0", ttl=0)
+        RedisSessionStore("redis://127.0.0.1:6379/0", ttl=0)
 
 
 async def test_no_cookie_never_reaches_the_store(aiorest_client: Any) -> None:
-    store = RedisStore("redis://127.0.0.1:1/0")  # nothing listens there: a round trip would fail
+    store = RedisSessionStore("redis://127.0.0.1:1/0")  # nothing listens there: a round trip would fail
     try:
         client = await client_for(aiorest_client, store)
         async with client.get("/s/get") as response:
@@ -389,7 +399,7 @@ async def test_no_cookie_never_reaches_the_store(aiorest_client: Any) -> None:
         await store.close()
 
 
-class CountingStore(CookieStore):
+class CountingStore(CookieSessionStore):
     loads = 0
 
     def load_now(self, value: str, max_age: int) -> Session | None:
@@ -427,7 +437,7 @@ async def test_nested_middleware_serves_once(aiorest_client: Any) -> None:
 
 
 @pytest.fixture
-async def pg_store(database_url: str) -> AsyncIterator[PostgresStore]:
+async def pg_store(database_url: str) -> AsyncIterator[PostgresSessionStore]:
     """A fresh database migrated by the command line, as an app would be, and a store on it."""
     command = [sys.executable, "-m", "aiorest", "migrate", "--dir", "aiorest:sessions", "--dsn", database_url]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
@@ -435,12 +445,12 @@ async def pg_store(database_url: str) -> AsyncIterator[PostgresStore]:
     database = Database(database_url, min_size=1, max_size=4)
     await database.open()
     try:
-        yield PostgresStore(database)
+        yield PostgresSessionStore(database)
     finally:
         await database.close()
 
 
-async def row(store: PostgresStore, session_id: str) -> Any:
+async def row(store: PostgresSessionStore, session_id: str) -> Any:
     return await store.database.fetchval("SELECT data FROM aiorest_sessions WHERE id = %s", (stored_id(session_id),))
 
 
@@ -459,7 +469,7 @@ async def test_aiorest_migrations_do_not_collide_with_the_app_s(database_url: st
         load_migrations("aiorest:nope")
 
 
-async def test_postgres_set_read_rotate_invalidate(aiorest_client: Any, pg_store: PostgresStore) -> None:
+async def test_postgres_set_read_rotate_invalidate(aiorest_client: Any, pg_store: PostgresSessionStore) -> None:
     client = await client_for(aiorest_client, pg_store)
     async with client.get("/s/get", cookies={"session": "A" * 43}) as response:  # unknown id
         assert (await response.json())["data"] == {} and set_cookies(response) == []
@@ -481,12 +491,14 @@ async def test_postgres_set_read_rotate_invalidate(aiorest_client: Any, pg_store
     assert await row(pg_store, second) is None
 
 
-async def test_postgres_concurrent_requests_keep_both_keys(aiorest_client: Any, pg_store: PostgresStore) -> None:
+async def test_postgres_concurrent_requests_keep_both_keys(aiorest_client: Any, pg_store: PostgresSessionStore) -> None:
     _, session_id = await write_two_keys_at_once(aiorest_client, pg_store)
     assert await row(pg_store, session_id) == {"start": 0, "a": 1, "b": 2}
 
 
-async def test_postgres_expired_rows_are_ignored_then_purged(aiorest_client: Any, pg_store: PostgresStore) -> None:
+async def test_postgres_expired_rows_are_ignored_then_purged(
+    aiorest_client: Any, pg_store: PostgresSessionStore
+) -> None:
     client = await client_for(aiorest_client, pg_store)
     async with client.post("/s/set", json={"k": 1}) as response:
         session_id = (await response.json())["id"]

@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from aiorest import App, PostgresStore, Server, SessionMiddleware
+from aiorest import App, PostgresSessionStore, Server, SessionMiddleware
 from aiorest.db import Database
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ async def test_readyz_is_200_while_every_connection_of_the_pool_is_busy(database
     app = App()
     db = Database(database_url, min_size=1, max_size=2, acquire_timeout=5)
     db.setup(app)
-    app.add_middleware(SessionMiddleware(PostgresStore(db)))  # a store on the same pool: not queued either
+    app.add_middleware(SessionMiddleware(PostgresSessionStore(db)))  # a store on the same pool: not queued either
     async with serving(app, health=True) as session:
         release = asyncio.Event()
 

@@ -15,16 +15,16 @@ import pytest
 
 from aiorest import (
     App,
-    CookieStore,
+    CookieSessionStore,
     PostgresIdempotencyStore,
-    PostgresStore,
-    RedisStore,
+    PostgresSessionStore,
+    RedisSessionStore,
     Router,
     SessionMiddleware,
 )
-from aiorest.auth import PostgresLimitStore, RedisLimitStore
 from aiorest.db import Database
-from aiorest.idempotency import RedisIdempotencyStore
+from aiorest.middleware.idempotency import RedisIdempotencyStore
+from aiorest.security import PostgresLimitStore, RedisLimitStore
 from tests.ops.test_health import closed_port, get, serving
 from tests.redisserver import RedisServer
 
@@ -53,7 +53,7 @@ async def test_readyz_names_the_redis_stores_and_is_503_while_redis_is_down(redi
     caplog.set_level(logging.INFO, logger="aiorest.server")
     app = App()
     Database(database_url, min_size=1, max_size=2).setup(app)
-    sessions = RedisStore(redis_server.url)
+    sessions = RedisSessionStore(redis_server.url)
     limits = RedisLimitStore(redis_server.url)
     keys = RedisIdempotencyStore(redis_server.url)
     app.readiness.add("limit store", limits.ping)
@@ -105,7 +105,7 @@ async def test_the_postgresql_stores_are_named_when_their_database_is_unreachabl
             await elsewhere.close()
 
     app.contexts.append(pool)
-    app.add_middleware(SessionMiddleware(PostgresStore(elsewhere)))
+    app.add_middleware(SessionMiddleware(PostgresSessionStore(elsewhere)))
     app.readiness.add("limit store", PostgresLimitStore(elsewhere).ping)
     app.readiness.add("idempotency store", PostgresIdempotencyStore(elsewhere).ping)
     async with serving(app, health=True) as session:
@@ -138,5 +138,5 @@ def test_checks_are_added_once_by_name_and_a_second_store_gets_a_number() -> Non
     assert app.readiness.checks == {"cache": one, "cache 2": two}
     with pytest.raises(ValueError, match="needs a name"):
         app.readiness.add("", one)
-    cookies = SessionMiddleware(CookieStore(["s" * 32]))
+    cookies = SessionMiddleware(CookieSessionStore(["s" * 32]))
     assert cookies.readiness_checks() == {}  # no service behind it: nothing to check

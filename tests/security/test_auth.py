@@ -1,4 +1,4 @@
-"""aiorest.auth: identity and permissions on real servers, passwords, login rate limiting."""
+"""aiorest.security: identity and permissions on real servers, passwords, login rate limiting."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from aiorest import App, HTTPServiceUnavailable, HTTPTooManyRequests, Request, Router
-from aiorest.auth import (
+from aiorest.security import (
     Auth,
     BearerTokenIdentity,
     LoginRateLimiter,
@@ -215,7 +215,7 @@ def test_decorators_list_401_and_403_in_openapi() -> None:
 
 
 def test_openapi_lists_the_security_schemes_of_the_routes_that_need_a_login() -> None:
-    from aiorest.auth import AnyIdentity, SessionIdentity
+    from aiorest.security import AnyIdentity, SessionIdentity
 
     document = auth_app().openapi(title="t", version="1")
     assert document["components"]["securitySchemes"] == {"bearerAuth": {"type": "http", "scheme": "bearer"}}
@@ -493,12 +493,12 @@ def test_long_keys_are_counted_by_the_whole_key() -> None:
 
 
 def _session_app(load: Any) -> App:
-    from aiorest import CookieStore, SessionMiddleware
-    from aiorest.auth import AnyIdentity, SessionIdentity
+    from aiorest import CookieSessionStore, SessionMiddleware
+    from aiorest.security import AnyIdentity, SessionIdentity
 
     app = App(
         middleware=[
-            SessionMiddleware(CookieStore(secrets=["s" * 32])),
+            SessionMiddleware(CookieSessionStore(secrets=["s" * 32])),
             Auth(AnyIdentity(SessionIdentity(load, key="uid", realm="notes"))),
         ]
     )
@@ -548,7 +548,7 @@ async def test_session_identity_follows_login_and_logout_and_the_users_existence
 
 
 def test_session_identity_and_any_identity_refuse_bad_settings():
-    from aiorest.auth import AnyIdentity, SessionIdentity
+    from aiorest.security import AnyIdentity, SessionIdentity
 
     async def load(uid: Any) -> None:
         return None

@@ -1,4 +1,4 @@
-"""Rate limits in a shared store (aiorest/security/limitstores.py): Redis and PostgreSQL, and the
+"""Rate limits in a shared store (aiorest/security/limits/stores.py): Redis and PostgreSQL, and the
 same counts, refunds, resets and bounds as in memory; a store that is down fails closed or open."""
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from aiorest import HTTPServiceUnavailable, HTTPTooManyRequests
-from aiorest.auth import LimitStore, LoginRateLimiter, PostgresLimitStore, RateLimit, RedisLimitStore
-from aiorest.db import Database
-from aiorest.migrations import migrate
+from aiorest.db import Database, migrate
+from aiorest.security import LimitStore, LoginRateLimiter, PostgresLimitStore, RateLimit, RedisLimitStore
 from tests.redisserver import RedisServer
 
 
@@ -188,7 +187,7 @@ async def test_a_redis_that_stops_fails_closed_or_open_and_counts_again_when_bac
         try:
             receipt = await closed.ahit("ada")
             redis.stop()
-            with caplog.at_level(logging.WARNING, logger="aiorest.auth"):
+            with caplog.at_level(logging.WARNING, logger="aiorest.security"):
                 with pytest.raises(HTTPServiceUnavailable) as down:
                     await closed.ahit("ada")
                 assert down.value.headers["Retry-After"] == "1"

@@ -15,7 +15,7 @@ import argon2
 import pytest
 
 from aiorest import HTTPServiceUnavailable, HTTPTooManyRequests
-from aiorest.auth import LimitStore, LoginRateLimiter, Passwords, RateLimit
+from aiorest.security import LimitStore, LoginRateLimiter, Passwords, RateLimit
 from tests.security.test_auth import Clock
 from tests.security.test_limitstores import pg_limits, redis_limits, redis_server, store  # noqa: F401  # fixtures
 

@@ -91,15 +91,16 @@ def parse_aiorest(reads: list[bytes]) -> Outcome:
         error = conn.head_errors.get(request)
         if error is not None:
             return Outcome(outcome.requests, REJECTED, error.status, str(error))
-        if not request._body_done:  # its body is still arriving
+        incoming = request._incoming  # None: no body
+        if incoming is not None and not incoming.done:  # its body is still arriving
             outcome.end = PENDING
             return outcome
-        failure = request._body_error
+        failure = None if incoming is None else incoming.error
         if failure is not None:
             return Outcome(outcome.requests, REJECTED, getattr(failure, "status", 0), str(failure))
         query = request.query_string.encode("latin-1")
         target = _target(request.raw_path + b"?" + query)
-        body = b"".join(request._chunks or ())
+        body = b"".join((incoming and incoming.chunks) or ())
         outcome.requests.append((request.method.encode(), target, _normalized(request.raw_headers), body))
         if not request.keep_alive:
             outcome.end = CLOSED

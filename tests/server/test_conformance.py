@@ -35,7 +35,7 @@ from typing import IO, Any
 import psycopg2
 import pytest
 
-from aiorest.sessions import stored_id
+from aiorest.middleware.sessions import stored_id
 from example_app.app import MIGRATE_ARGS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -299,7 +299,7 @@ def test_missing_bundle_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_raises_adds_each_declared_error_status_in_the_error_shape():
     from aiorest import HTTPConflict, HTTPError, HTTPNotFound
-    from aiorest.openapi import raises
+    from aiorest.typed import raises
 
     class Gone(HTTPError):
         status = 410
@@ -330,7 +330,7 @@ class _Jotting(msgspec.Struct):
 
 
 def test_build_openapi_takes_the_app_as_before_or_its_router_and_middleware() -> None:
-    from aiorest.openapi import build_openapi
+    from aiorest.typed import build_openapi
 
     app = App(title="Notes", version="2")
 

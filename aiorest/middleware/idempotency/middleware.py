@@ -29,7 +29,7 @@ __all__ = ["Idempotency", "KEPT_HEADERS", "REPLAYED_HEADER", "SECRET_HEADERS", "
 
 #: The response headers kept with an answer and replayed: what describes the representation
 #: and the resource, as the handler made them. Never ``Set-Cookie``: an answer that sets a
-#: cookie is not kept at all (see :data:`~aiorest.idempotency.SECRET_HEADERS`).
+#: cookie is not kept at all (see :data:`~aiorest.middleware.idempotency.SECRET_HEADERS`).
 KEPT_HEADERS = (
     "content-type",
     "content-encoding",
@@ -85,7 +85,7 @@ class Idempotency:
 
     Only ``methods`` (POST and PATCH) with the header are concerned; other requests
     pass through untouched, and the App chains it only on routes of those methods
-    whose handler is not :func:`~aiorest.idempotency.idempotency_exempt`. The key is scoped by
+    whose handler is not :func:`~aiorest.middleware.idempotency.idempotency_exempt`. The key is scoped by
     ``scope(request)`` — the user's id, say: the same key from another user is
     another key. ``scope`` returning None leaves the request alone (not
     deduplicated). A key is 1 to ``max_key_length`` printable ASCII characters,
@@ -102,7 +102,7 @@ class Idempotency:
     headers in ``kept_headers``, the body if at most ``max_body`` bytes (else an
     empty body, and no Content-Type). Answers of 500 and over, and exceptions, keep
     nothing: the key is let go and a retry runs again. Answers that carry a
-    credential (:data:`~aiorest.idempotency.SECRET_HEADERS`, ``Set-Cookie`` among them) or say
+    credential (:data:`~aiorest.middleware.idempotency.SECRET_HEADERS`, ``Set-Cookie`` among them) or say
     ``Cache-Control: no-store`` are not kept either: the key is let go, the writes
     stand. A claim whose request never finished (its process died) is free again
     after ``lease`` seconds, in the stores that cannot roll it back (memory,

@@ -1,4 +1,4 @@
-"""Where :class:`~aiorest.idempotency.Idempotency` keeps its keys: in memory, in Redis, in PostgreSQL.
+"""Where :class:`~aiorest.middleware.idempotency.Idempotency` keeps its keys: in memory, in Redis, in PostgreSQL.
 
 A store answers :meth:`IdempotencyStore.begin` with a :class:`Claim` (the key is
 new and now this request's, or it is in flight elsewhere, or it finished and here

@@ -1,6 +1,6 @@
 """The session of one request: a mapping of JSON values whose changes are tracked.
 
-Apart from the middleware and the stores (:mod:`aiorest.sessions`). The request,
+Apart from the middleware and the stores (:mod:`aiorest.middleware.sessions`). The request,
 which holds its session, knows only its base, ``aiorest.http.request.SessionData``.
 """
 

@@ -2,8 +2,8 @@
 
 :class:`RateLimit` counts hits of one kind; :class:`LoginRateLimiter` puts two
 of them (per account, per address) in front of a password check. Both are
-re-exported by :mod:`aiorest.auth`, where :doc:`auth` documents them. They count
-in the process's memory, or in a shared store (:mod:`.limitstores`) when given one.
+re-exported by :mod:`aiorest.security`, where :doc:`auth` documents them. They count
+in the process's memory, or in a shared store (:mod:`.stores`) when given one.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable, Generator
 from types import TracebackType
 from typing import Literal, NoReturn
 
-from .._support.bursts import BurstLog, failing
-from ..http.exceptions import HTTPServiceUnavailable, HTTPTooManyRequests
-from .limitstores import LimitStore, LimitStoreUnavailable
+from ..._support.bursts import BurstLog, failing
+from ...http.exceptions import HTTPServiceUnavailable, HTTPTooManyRequests
+from .stores import LimitStore, LimitStoreUnavailable
 
 __all__ = ["LoginAttempt", "LoginRateLimiter", "RateLimit"]
 
@@ -30,7 +30,7 @@ def _bounded(key: str) -> str:
     return key if len(key) <= _MAX_KEY else "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
-logger = logging.getLogger("aiorest.auth")
+logger = logging.getLogger("aiorest.security")
 
 # A store that is down warns once every 10 seconds, with a count, not once a check.
 _warn_store_down = BurstLog(logger, failing("rate limit store unavailable", "checks"), every=10.0)
@@ -80,12 +80,12 @@ class RateLimit:
     to nothing forgets the key: a hit taken back leaves no entry behind.
     ``message`` is the 429's.
 
-    With a ``store`` (:class:`~aiorest.auth.RedisLimitStore`,
-    :class:`~aiorest.auth.PostgresLimitStore`) the counts live there, under
+    With a ``store`` (:class:`~aiorest.security.RedisLimitStore`,
+    :class:`~aiorest.security.PostgresLimitStore`) the counts live there, under
     ``name``, and hold across processes and hosts: count with the ``a``
     methods (:meth:`ahit`, :meth:`arefund`, :meth:`areset`), which also work
     without a store. A store that cannot make room for a new key (see
-    :class:`~aiorest.auth.Hit`) refuses it with
+    :class:`~aiorest.security.Hit`) refuses it with
     :class:`~aiorest.HTTPServiceUnavailable` (503). When the store cannot
     answer, ``on_store_failure`` decides: ``"closed"`` refuses the hit with
     503 (``Retry-After: 1``), ``"open"`` lets it through uncounted; either

@@ -1,4 +1,4 @@
-"""Where a :class:`~aiorest.auth.RateLimit` keeps its counts when they must hold across processes and hosts.
+"""Where a :class:`~aiorest.security.RateLimit` keeps its counts when they must hold across processes and hosts.
 
 One small interface, :class:`LimitStore`, and two stores behind it:
 :class:`RedisLimitStore` (one script a check, keys that expire) and
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .._support.redis import RedisClient
-from .._support.sweeps import Sweep
-from ..http.exceptions import HTTPServiceUnavailable
+from ..._support.redis import RedisClient
+from ..._support.sweeps import Sweep
+from ...http.exceptions import HTTPServiceUnavailable
 
 if TYPE_CHECKING:
-    from ..db.database import Database
+    from ...db.database import Database
 
 __all__ = ["Hit", "LimitStore", "LimitStoreUnavailable", "PostgresLimitStore", "RedisLimitStore"]
 
@@ -119,7 +119,7 @@ class RedisLimitStore(LimitStore):
     its window ends; a sorted set per limit (``prefix + name``) holds its keys
     in their window, to make room for a new key when ``max_entries`` are, as
     the in-memory count does. ``redis`` is a URL or a ``redis.asyncio.Redis``
-    client (the one a :class:`~aiorest.RedisStore` uses will do); a client
+    client (the one a :class:`~aiorest.RedisSessionStore` uses will do); a client
     made from a URL gives up after ``timeout`` seconds. Give the Redis
     ``maxmemory-policy noeviction``: an evicted count is a fresh one.
     """

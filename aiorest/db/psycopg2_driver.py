@@ -1,10 +1,10 @@
-"""One psycopg2 asynchronous connection on the event loop, for the pool in aiorest.db.
+"""The psycopg2 driver: aiorest's own asynchronous psycopg2 connections, on the event loop.
 
-``_connect_raw`` connects without blocking the loop; ``_Connection`` then runs
-one statement at a time on it through its one cursor, prepares each statement
-text once (the first 256 texts), and ends a statement that outlives the statement timeout. It knows
-nothing of a pool: it is told when made whether to prepare, the statement
-timeout, and whom to tell when it dies with its backend.
+``_connect_raw`` connects without blocking the loop; a ``Psycopg2Connection`` then runs one
+statement at a time through its one cursor, prepares each text once (the first 256; which
+ones: statements.py), and ends a statement that outlives the statement timeout. It knows
+nothing of a pool: its ConnectOptions say whether to prepare, the timeout, and whom to tell
+when it dies with its backend. It raises StatementTimeout and NulCharacter itself.
 
 Why connections of our own and not aiopg's: libpq closes a connection's socket
 itself when the server goes away, and a reader or writer still registered on
@@ -13,27 +13,28 @@ it (uvloop: ``RuntimeError: unable to perform operation on <UVPoll
 closed=True>``, or an abort; asyncio: OSError). aiopg 1.4 leaves the writer
 registered when a connection attempt fails while it waits to write, which a
 PostgreSQL restart under load does hundreds of times. Here a socket is watched
-only by its ``_Connection`` (or by ``_connect_raw``, one wait at a time), and
+only by its ``Psycopg2Connection`` (or by ``_connect_raw``, one wait at a time), and
 unwatched in the same step that finds the connection closed.
-
-It raises two of the errors of aiorest.dberrors itself: StatementTimeout, and
-NulCharacter for a text parameter psycopg2 refuses because it holds a NUL.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 import select
-from collections.abc import Callable, Sequence
 from contextlib import suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg2
 import psycopg2.extensions
 import psycopg2.extras
 
 from .errors import Params, StatementTimeout, nul_error
+from .statements import inline_integers, integer_types, to_dollar
+
+if TYPE_CHECKING:
+    from .driver import ConnectOptions, DatabaseConnection
+
+__all__ = ["Psycopg2Connection", "Psycopg2Driver"]
 
 _IDLE = psycopg2.extensions.TRANSACTION_STATUS_IDLE
 _POLL_OK = psycopg2.extensions.POLL_OK
@@ -45,91 +46,9 @@ _POLL_EVERY = 0.25
 _PREPARED_MAX = 256
 # What cursor.execute raises when it refuses a statement before sending it.
 _REFUSED_BEFORE_SENDING = (ValueError, TypeError, LookupError, psycopg2.ProgrammingError)
-_PREPARABLE = re.compile(r"^\s*(select|insert|update|delete|with|values)\b", re.IGNORECASE)
-_PERCENT = re.compile(r"%.?", re.DOTALL)
 
 
-def _substitute(sql: str, placeholder: Callable[[int], str | None]) -> tuple[str, int] | None:
-    """``sql`` formatted as psycopg2 formats it when given parameters, and the count of ``%s``.
-
-    ``%%`` becomes ``%`` and the n-th ``%s`` ``placeholder(n)``. None if
-    ``placeholder`` returns None, or the text holds any other ``%`` (``%(name)s``,
-    a lone ``%``): psycopg2 is then left to format it, or to raise its error.
-    """
-    count = 0
-    failed = False
-
-    def replace(match: re.Match[str]) -> str:
-        nonlocal count, failed
-        if match.group() == "%%":
-            return "%"
-        text = None
-        if match.group() == "%s":
-            count += 1
-            text = placeholder(count)
-        if text is None:
-            failed = True
-            return ""
-        return text
-
-    formatted = _PERCENT.sub(replace, sql)
-    return None if failed else (formatted, count)
-
-
-def _to_dollar(sql: str, params: Params) -> str | None:
-    """The text to PREPARE for ``sql`` run with ``params``: ``%s`` as ``$1, $2…``; None if it can't be prepared.
-
-    Without parameters (None) psycopg2 sends the text as it is, ``%`` and all,
-    and so does this. A text whose ``%s`` do not match the parameters one to one
-    is left to psycopg2, which says so.
-    """
-    if not _PREPARABLE.match(sql):
-        return None
-    if params is None:
-        return sql
-    dollar = _substitute(sql, lambda n: f"${n}")
-    return None if dollar is None or dollar[1] != len(params) else dollar[0]
-
-
-def _integer_types(params: Params) -> str | None:
-    """The types PostgreSQL gives ``params`` written as literals, for PREPARE: ``"int4,int8"``.
-
-    ``""`` for no parameters; None unless every parameter is an int (not a bool):
-    only those are prepared, typed as psycopg2's literals are, so that a prepared
-    statement returns what the same statement unprepared returns (``SELECT %s``
-    with an untyped parameter would return text). Other types run unprepared.
-    """
-    if not params:
-        return ""
-    types = []
-    for value in params:
-        if type(value) is not int:
-            return None
-        types.append(
-            "int4" if -0x8000_0000 <= value <= 0x7FFF_FFFF else "int8" if -(1 << 63) <= value < 1 << 63 else "numeric"
-        )
-    return ",".join(types)
-
-
-def _inline_integers(sql: str, params: Sequence[Any]) -> str | None:
-    """``sql`` with its ``%s`` replaced by integer ``params`` (and ``%%`` by ``%``), as psycopg2 would.
-
-    None unless every parameter is an int and there is one ``%s`` each: psycopg2
-    then adapts them (and reports a mismatch). Unprepared statements (behind a
-    pooler, say) skip its adaptation this way (7 µs a statement, measured).
-    """
-    if _integer_types(params) is None:
-        return None
-    inlined = _substitute(sql, lambda n: _integer(params[n - 1]) if n <= len(params) else None)
-    return None if inlined is None or inlined[1] != len(params) else inlined[0]
-
-
-def _integer(value: int) -> str:
-    # "-7::text" would be -(7::text), and "1-%s" would become "1--7", a comment.
-    return str(value) if value >= 0 else f"({value})"
-
-
-class _Connection:
+class Psycopg2Connection:
     """One psycopg2 asynchronous connection: its socket on the loop, its one cursor, its prepared statements.
 
     The socket's reader stays registered while the connection is open, so a
@@ -138,7 +57,7 @@ class _Connection:
     finds the connection closed unwatches it in the same step: libpq has
     already closed the socket, and its number is free for the next one.
 
-    ``prepare``: prepare each statement text once, up to _PREPARED_MAX texts (``execute`` may still be told
+    ``options.prepare``: prepare each statement text once, up to _PREPARED_MAX texts (``execute`` may still be told
     not to). ``statement_timeout``: seconds a statement may run; a second past
     it, the connection is closed and the statement raises StatementTimeout.
     PostgreSQL's own statement_timeout, which the caller sets, ends it first;
@@ -152,21 +71,13 @@ class _Connection:
     has the server cancel it and rolls back what it was in.
     """
 
-    def __init__(
-        self,
-        raw: psycopg2.extensions.connection,
-        *,
-        prepare: bool,
-        statement_timeout: float,
-        cancel_at_timeout: bool = False,
-        lost: Callable[[_Connection, BaseException], None],
-    ) -> None:
+    def __init__(self, raw: psycopg2.extensions.connection, options: ConnectOptions) -> None:
         self.raw = raw
         self._cursor = raw.cursor()
-        self._prepare = prepare
-        self._statement_timeout = statement_timeout
-        self._cancel_at_timeout = cancel_at_timeout
-        self._lost = lost
+        self._prepare = options.prepare
+        self._statement_timeout = options.statement_timeout
+        self._cancel_at_timeout = options.cancel_at_timeout
+        self._lost = options.lost
         self._loop = asyncio.get_running_loop()
         self._fd = raw.fileno()
         self._writing = False
@@ -199,15 +110,15 @@ class _Connection:
     async def execute(self, sql: str, params: Params = None, *, prepare: bool = True) -> Any:
         """Run one statement; returns psycopg2's cursor, positioned on the results.
 
-        Prepared only without parameters or with integer ones (see _integer_types).
+        Prepared only without parameters or with integer ones (see integer_types).
         """
         if prepare and self._prepare and not isinstance(params, dict):
-            types = _integer_types(params)
+            types = integer_types(params)
             if types is not None:
                 key = sql if params is None else (sql, types)
                 name = self._prepared.get(key)
                 if name is None and len(self._prepared) < _PREPARED_MAX:
-                    dollar = _to_dollar(sql, params)
+                    dollar = to_dollar(sql, params)
                     if dollar is not None:
                         name = f"aiorest_{len(self._prepared)}"
                         await self._run(f"PREPARE {name}{f' ({types})' if types else ''} AS {dollar}", None)
@@ -217,7 +128,7 @@ class _Connection:
                         return await self._run(f"EXECUTE {name}", None)
                     return await self._run(f"EXECUTE {name} ({', '.join(map(str, params))})", None)
         if params and not isinstance(params, dict):
-            inlined = _inline_integers(sql, params)
+            inlined = inline_integers(sql, params)
             if inlined is not None:
                 return await self._run(inlined, None)
         return await self._run(sql, params)
@@ -462,3 +373,18 @@ async def _connect_raw(dsn: str, application_name: str) -> psycopg2.extensions.c
 def _wake(ready: asyncio.Future[None]) -> None:
     if not ready.done():
         ready.set_result(None)
+
+
+class Psycopg2Driver:
+    """aiorest's own connections over psycopg2's asynchronous mode (the default)."""
+
+    name = "psycopg2"
+    owns_connections = True
+    prepares = True
+
+    def opening(self) -> None:
+        pass
+
+    async def connect(self, options: ConnectOptions) -> DatabaseConnection:
+        assert options.dsn is not None
+        return Psycopg2Connection(await _connect_raw(options.dsn, options.application_name), options)

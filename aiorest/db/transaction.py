@@ -1,0 +1,98 @@
+"""The row helpers (``fetchone`` … ``execute``), and a Transaction: one held connection.
+
+``Queries`` is what Database and Transaction share: each says how a statement
+runs (``_execute``), and the helpers turn psycopg2's cursor into rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import psycopg2
+
+from .errors import Params, translate
+
+if TYPE_CHECKING:
+    from .driver import DatabaseConnection
+
+__all__ = ["Queries", "Transaction"]
+
+
+class Queries:
+    """The row helpers, shared by Database (a connection per call) and Transaction."""
+
+    async def _execute(self, sql: str, params: Params) -> Any:
+        raise NotImplementedError
+
+    async def fetchall(self, sql: str, params: Params = None) -> list[dict[str, Any]]:
+        """Every row, as dicts keyed by column name."""
+        cursor = await self._execute(sql, params)
+        names = [column.name for column in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    async def fetchrows(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
+        """Every row, as tuples in column order: for many rows, cheaper than dicts."""
+        cursor = await self._execute(sql, params)
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+        return rows
+
+    async def fetchone(self, sql: str, params: Params = None) -> dict[str, Any] | None:
+        """The first row as a dict, or None."""
+        cursor = await self._execute(sql, params)
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        return {column.name: value for column, value in zip(cursor.description, row, strict=True)}
+
+    async def fetchval(self, sql: str, params: Params = None) -> Any:
+        """The first column of the first row, or None."""
+        cursor = await self._execute(sql, params)
+        row = cursor.fetchone()
+        return None if row is None else row[0]
+
+    async def execute(self, sql: str, params: Params = None) -> int:
+        """Run a statement; returns the number of rows it affected."""
+        cursor = await self._execute(sql, params)
+        return int(cursor.rowcount)
+
+
+class Transaction(Queries):
+    """One held connection: a transaction (depth 1, savepoints deeper), or autocommit (depth 0)."""
+
+    def __init__(self, connection: DatabaseConnection, depth: int) -> None:
+        self._connection = connection
+        self._depth = depth
+
+    async def run(self, sql: str, params: Params, prepare: bool = True) -> Any:
+        """Run ``sql`` on this transaction's connection: its cursor (Database's queries inside one come here)."""
+        try:
+            return await self._connection.execute(sql, params, prepare=prepare)
+        except psycopg2.Error as exc:
+            raise translate(exc, sql) from exc
+
+    _execute = run
+
+    async def execute_script(self, sql: str) -> None:
+        """Run SQL text as is: several statements, never prepared, no parameters."""
+        await self._execute(sql, None, prepare=False)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        """BEGIN on an autocommit connection, else a savepoint; rolled back on an exception."""
+        if self._depth == 0:
+            begin, commit, rollback = "BEGIN", "COMMIT", "ROLLBACK"
+        else:
+            name = f"aiorest_sp_{self._depth}"
+            begin, commit, rollback = f"SAVEPOINT {name}", f"RELEASE SAVEPOINT {name}", f"ROLLBACK TO SAVEPOINT {name}"
+        await self._execute(begin, None, prepare=False)
+        try:
+            yield Transaction(self._connection, self._depth + 1)
+        except BaseException:
+            # A statement cancelled with its task still runs: the pool ends it
+            # and rolls the whole transaction back when the connection returns.
+            if not self._connection.broken and not self._connection.interrupted:
+                await self._execute(rollback, None, prepare=False)
+            raise
+        await self._execute(commit, None, prepare=False)
