@@ -311,7 +311,7 @@ class App(_RouteDecorators):
 
     # -- per request (called by the server) ------------------------------------
 
-    # What the server needs of the app (the interface ServedApp in driving.py):
+    # What the server needs of the app (the interface ServedApp in server/interfaces.py):
     # the routes without parameters for its first lookup, a way to start any
     # other request's endpoint, and the answer to an exception.
 

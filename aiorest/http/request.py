@@ -47,7 +47,7 @@ class Request:
     _body: bytes | None = None  # the whole body once read (or replaced)
     _body_taken = False  # read or streamed: the chunks are gone
     # The class's values describe the server's common request, which it makes without
-    # calling __init__ (see _h1/connection.py): no body, HTTP/1.1 kept alive, no Expect.
+    # calling __init__ (see _h1/reader.py): no body, HTTP/1.1 kept alive, no Expect.
     # __init__ sets both for every other request.
     _incoming: IncomingBody | None = None  # the body to come (body.py); None: none
     _plain = True  # whether the server may answer it the short way (driving.py)
@@ -75,7 +75,7 @@ class Request:
         ``keep_alive``: whether the connection may stay open after it; ``expect_continue``:
         the client sent ``Expect: 100-continue`` and waits for ``100 Continue`` before its body.
         """
-        # H1Connection.on_headers_complete sets these same eight itself (a test checks it).
+        # HeadReader.on_headers_complete sets these same eight itself (a test checks it).
         self.method = method
         self.path = path
         self.raw_path = raw_path

@@ -3,10 +3,12 @@
 from ..http.limits import Limits
 from .config import ServerConfig
 from .server import DEFAULT_QUEUE_TIMEOUT, IDLE_GRACE, LOG_FORMAT, WORKERS_LOG_FORMAT, Server, new_event_loop, run
+from .shared import ServerState
 
 __all__ = [
     "Server",
     "ServerConfig",
+    "ServerState",
     "Limits",
     "run",
     "new_event_loop",

@@ -95,7 +95,6 @@ def test_the_pipeline_is_bounded_want_read_goes_false_then_true():
     assert conn.want_read
 
 
-
 def test_a_common_request_is_counted_by_the_last_byte_of_its_head_whatever_the_reads():
     # HeadReader queues the common request; the state machine counts it when llhttp reports the
     # message complete: the send side and the pipeline bound must follow at the head's last byte.
@@ -106,6 +105,7 @@ def test_a_common_request_is_counted_by_the_last_byte_of_its_head_whatever_the_r
     conn.receive_data(GET[-1:])
     assert (len(conn.queue), conn.recv_state, conn.send_state, conn.want_read) == (1, HEAD, ANSWERING, False)
     assert conn.finish_kept(conn.queue[0]) is True and conn.send_state is IDLE
+
 
 @pytest.mark.parametrize(
     ("head", "line", "kept"),
