@@ -33,8 +33,9 @@ import uvloop
 from aiorest.auth import LimitStore, LoginRateLimiter, PostgresLimitStore, RateLimit, RedisLimitStore
 from aiorest.db import Database
 from aiorest.migrations import migrate
-from bench.process import RedisServer, ServerError
 from bench.stats import median, paired_ratio, summarise
+from harness.processes import ServerError
+from harness.redis import RedisServer
 
 KEYS = 1000  # distinct keys the checks cycle over, under a limit none of them reaches
 

@@ -26,8 +26,8 @@ from aiorest.idempotency import (
     idempotency_exempt,
 )
 from aiorest.migrations import migrate
-from load.procs import AiorestProcess
-from tests.redisserver import RedisServer
+from harness.fixtures import RedisServer
+from harness.processes import AiorestProcess
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,8 @@ from aiorest.db import Database
 from aiorest.middleware.sessions.middleware import COOKIE_LIMIT, Session, SessionStore, stored_id
 from aiorest.migrations import MigrationError, load_migrations, migrate
 from aiorest.server import Server
-from tests.redisserver import RedisServer, answers
+from harness.fixtures import RedisServer
+from harness.fixtures import redis_answers as answers
 
 OLD = "o" * 32
 NEW = "n" * 32

@@ -25,8 +25,8 @@ from aiorest import (
 from aiorest.auth import PostgresLimitStore, RedisLimitStore
 from aiorest.db import Database
 from aiorest.idempotency import RedisIdempotencyStore
+from harness.fixtures import RedisServer
 from tests.ops.test_health import closed_port, get, serving
-from tests.redisserver import RedisServer
 
 
 @pytest.fixture(scope="module")

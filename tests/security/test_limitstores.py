@@ -14,7 +14,7 @@ from aiorest import HTTPServiceUnavailable, HTTPTooManyRequests
 from aiorest.auth import LimitStore, LoginRateLimiter, PostgresLimitStore, RateLimit, RedisLimitStore
 from aiorest.db import Database
 from aiorest.migrations import migrate
-from tests.redisserver import RedisServer
+from harness.fixtures import RedisServer
 
 
 @pytest.fixture(scope="module")
