@@ -2,7 +2,8 @@
 
 flask_app and stdlib_app only adapt HTTP to these functions, so they answer
 alike, and alike to example_app (example_app/notes.py, example_app/techempower.py):
-the same statuses, JSON shapes, error details and SQL statements. Sessions are
+the same statuses, JSON shapes and error details, and the same SQL: the statements
+are example_app's own (example_app/queries.py). Sessions are
 rows of aiorest's own table (aiorest_sessions, as aiorest.sessions.PostgresStore
 keeps them: under the SHA-256 of the id), so a session made by one server is good on another.
 """
@@ -18,7 +19,7 @@ import random
 import re
 import secrets
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from html import escape
@@ -34,13 +35,14 @@ import psycopg2.extensions
 from aiorest.auth import LoginRateLimiter, token_hash
 from aiorest.exceptions import HTTPError
 from aiorest.sessions import stored_id
+from example_app import queries
+from example_app.queries import MAX_ID, MAX_LIMIT
 
 JSON_TYPE = "application/json"
 TEXT_TYPE = "text/plain; charset=utf-8"
 HTML_TYPE = "text/html; charset=utf-8"
 MAX_BODY_SIZE = 1024 * 1024  # aiorest's Limits.max_body_size
 NOTES_PATH = "/notes"
-MAX_ID = 2**63 - 1  # bigserial
 
 # -- command line --------------------------------------------------------------------
 
@@ -227,7 +229,6 @@ class Pool:
 
 SESSION_COOKIE = "session"
 SESSION_MAX_AGE = 14 * 24 * 3600  # aiorest's SessionMiddleware default
-TOKEN_LIFETIME_DAYS = 30
 # A 401's challenges: aiorest's AnyIdentity(SessionIdentity(realm="app"), BearerTokenIdentity(realm="api")).
 ANONYMOUS_CHALLENGE = 'Session realm="app", Bearer realm="api"'
 INVALID_TOKEN_CHALLENGE = ANONYMOUS_CHALLENGE + ', error="invalid_token"'
@@ -319,11 +320,7 @@ def authenticate(pool: Pool, credentials: Credentials) -> User:
             row = cur.fetchone()
         token = credentials.bearer_token
         if row is None and token is not None:
-            cur.execute(
-                "SELECT u.id, u.username FROM api_tokens t JOIN users u ON u.id = t.user_id"
-                " WHERE t.token_hash = %s AND t.expires_at > now()",
-                (token_hash(token),),
-            )
+            cur.execute(queries.USER_BY_TOKEN, (token_hash(token),))
             row = cur.fetchone()
     if row is None:
         raise unauthorized(credentials)
@@ -365,11 +362,7 @@ def register(pool: Pool, data: Any) -> User:
     username, password = _account_fields(data, registering=True)
     password_hash = _hasher.hash(password)  # before the connection is taken: it is ~50 ms of CPU
     with pool.cursor() as cur:
-        cur.execute(
-            "INSERT INTO users (username, password_hash) VALUES (%s, %s) ON CONFLICT (username) DO NOTHING"
-            " RETURNING id, username",
-            (username, password_hash),
-        )
+        cur.execute(queries.INSERT_USER, (username, password_hash))
         row = cur.fetchone()
     if row is None:
         raise ApiError(409, "that username is taken")
@@ -402,10 +395,10 @@ def _check_password(pool: Pool, data: Any, address: str | None) -> User:
     except HTTPError as exc:  # 429 over a limit, or 503 while the limiter's table is full of live counts
         raise ApiError(exc.status, exc.message, headers={"Retry-After": exc.headers["Retry-After"]}) from None
     with pool.cursor() as cur:
-        cur.execute("SELECT id, password_hash FROM users WHERE username = %s", (username,))
+        cur.execute(queries.USER_FOR_LOGIN, (username,))
         row = cur.fetchone()
     # The hash is checked with no connection held, and for an unknown user too.
-    if not _verify(None if row is None else row[1], password) or row is None:
+    if not _verify(None if row is None else row[2], password) or row is None:
         raise ApiError(401, "wrong username or password", headers={"WWW-Authenticate": ANONYMOUS_CHALLENGE})
     with _lock:
         _limiter.reset(username)
@@ -442,11 +435,7 @@ def create_token(pool: Pool, data: Any, address: str | None) -> dict[str, Any]:
     user = _check_password(pool, data, address)
     token = secrets.token_urlsafe(32)
     with pool.cursor() as cur:
-        cur.execute(
-            "INSERT INTO api_tokens (token_hash, user_id, expires_at)"
-            " VALUES (%s, %s, now() + make_interval(days => %s)) RETURNING expires_at",
-            (token_hash(token), user.id, TOKEN_LIFETIME_DAYS),
-        )
+        cur.execute(queries.INSERT_TOKEN, (token_hash(token), user.id))
         row = cur.fetchone()
     assert row is not None
     return {"token": token, "token_type": "Bearer", "expires_at": row[0].isoformat()}
@@ -463,7 +452,7 @@ def revoke_token(pool: Pool, credentials: Credentials) -> None:
     deleted = 0
     if token is not None:
         with pool.cursor() as cur:
-            cur.execute("DELETE FROM api_tokens WHERE token_hash = %s AND expires_at > now()", (token_hash(token),))
+            cur.execute(queries.DELETE_TOKEN, (token_hash(token),))
             deleted = cur.rowcount
     if not deleted:
         raise ApiError(401, "send the bearer token to revoke", headers={"WWW-Authenticate": 'Bearer realm="api"'})
@@ -471,10 +460,8 @@ def revoke_token(pool: Pool, credentials: Credentials) -> None:
 
 # -- notes (example_app/notes.py) -----------------------------------------------------
 
-MAX_LIMIT = 100
 _FIELDS: dict[str, type[Any]] = {"title": str, "body": str, "done": bool}
 _READ_ONLY = ("version", "id", "created_at", "updated_at")
-_COLUMNS = "id, title, body, done, version, created_at, updated_at"
 
 
 def note_location(note: Mapping[str, Any]) -> str:
@@ -485,9 +472,11 @@ def note_etag(note: Mapping[str, Any]) -> str:
     return f'"{note["version"]}"'
 
 
-def _as_note(cur: Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
+def _as_note(cur: Cursor, row: Sequence[Any]) -> dict[str, Any]:
+    """A row of the note's columns as JSON wants it; ``row`` may be the last columns of the cursor's."""
     assert cur.description is not None
-    note = {column.name: value for column, value in zip(cur.description, row, strict=True)}
+    names = [column.name for column in cur.description[len(cur.description) - len(row) :]]
+    note = dict(zip(names, row, strict=True))
     note["created_at"] = note["created_at"].isoformat()
     note["updated_at"] = note["updated_at"].isoformat()
     return note
@@ -554,14 +543,6 @@ def expected_versions(if_match: str | None, data: Any) -> list[int] | Literal["*
     return [version]
 
 
-def _version_condition(expected: list[int] | Literal["*"]) -> tuple[str, tuple[Any, ...]]:
-    if expected == "*":
-        return "", ()
-    if len(expected) == 1:
-        return " AND version = %s", (expected[0],)
-    return " AND version = ANY(%s)", (expected,)
-
-
 def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
     text = query.get(name)
     if text is None or text == "":
@@ -577,30 +558,16 @@ def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
-def _escape_like(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
 def list_notes(pool: Pool, owner_id: int, query: Mapping[str, str]) -> dict[str, Any]:
     """The owner's notes by id, ``limit`` (≤ 100) at a time after the ``after`` cursor; filters ``done`` and ``q``."""
     limit = min(_int_param(query, "limit", 20), MAX_LIMIT)
     after = _int_param(query, "after", 0)
-    where = ["owner_id = %s", "id > %s"]
-    params: list[Any] = [owner_id, after]
     done = query.get("done")
-    if done is not None:
-        if done not in ("true", "false"):
-            raise invalid("query", {"done": "must be true or false"})
-        where.append("done = %s")
-        params.append(done == "true")
+    if done not in (None, "true", "false"):
+        raise invalid("query", {"done": "must be true or false"})
     text = query.get("q")
-    if text:
-        where.append("title ILIKE %s")
-        params.append("%" + _escape_like(text) + "%")
     with pool.cursor() as cur:
-        cur.execute(
-            f"SELECT {_COLUMNS} FROM notes WHERE {' AND '.join(where)} ORDER BY id LIMIT %s", (*params, limit + 1)
-        )
+        cur.execute(*queries.notes_page(owner_id, after, limit, None if done is None else done == "true", text))
         notes = [_as_note(cur, row) for row in cur.fetchall()]
     more = len(notes) > limit
     notes = notes[:limit]
@@ -618,10 +585,7 @@ def list_notes(pool: Pool, owner_id: int, query: Mapping[str, str]) -> dict[str,
 def create_note(pool: Pool, owner_id: int, data: Any) -> dict[str, Any]:
     fields = validate_note(data, partial=False)
     with pool.cursor() as cur:
-        cur.execute(
-            f"INSERT INTO notes (title, body, done, owner_id) VALUES (%s, %s, %s, %s) RETURNING {_COLUMNS}",
-            (fields["title"], fields.get("body", ""), fields.get("done", False), owner_id),
-        )
+        cur.execute(queries.INSERT_NOTE, (owner_id, fields["title"], fields.get("body", ""), fields.get("done", False)))
         note = _fetch_note(cur)
     assert note is not None
     return note
@@ -630,7 +594,7 @@ def create_note(pool: Pool, owner_id: int, data: Any) -> dict[str, Any]:
 def get_note(pool: Pool, owner_id: int, note_id: int) -> dict[str, Any]:
     """The note, if the owner's: another's is missing, so that ids reveal nothing."""
     with pool.cursor() as cur:
-        cur.execute(f"SELECT {_COLUMNS} FROM notes WHERE id = %s AND owner_id = %s", (note_id, owner_id))
+        cur.execute(queries.SELECT_NOTE, (note_id, owner_id))
         note = _fetch_note(cur)
     if note is None:
         raise ApiError(404, "no such note")
@@ -647,41 +611,33 @@ def update_note(
         raise ApiError(428, "send If-Match with the note's ETag, or its version in the body")
     if not fields:
         raise invalid("body", {"": "no field to change"})
-    assignments = ", ".join(f"{name} = %s" for name in fields)
     with pool.cursor() as cur:
-        note = None
-        if expected:  # an empty list matches no version
-            condition, versions = _version_condition(expected)
-            cur.execute(
-                f"UPDATE notes SET {assignments}, version = version + 1, updated_at = now() "
-                f"WHERE id = %s AND owner_id = %s{condition} RETURNING {_COLUMNS}",
-                (*fields.values(), note_id, owner_id, *versions),
-            )
-            note = _fetch_note(cur)
-        if note is None:
-            _raise_missing_or_stale(cur, owner_id, note_id)
-    assert note is not None
-    return note
+        return _write_if_expected(cur, owner_id, note_id, expected, queries.update_note(list(fields)), fields.values())
 
 
 def delete_note(pool: Pool, owner_id: int, note_id: int, if_match: str | None) -> None:
     expected = expected_versions(if_match, None)
     with pool.cursor() as cur:
-        deleted = 0
-        if expected != []:  # an empty list matches no version
-            condition, versions = _version_condition(expected or "*")
-            cur.execute(f"DELETE FROM notes WHERE id = %s AND owner_id = %s{condition}", (note_id, owner_id, *versions))
-            deleted = cur.rowcount
-        if not deleted:
-            _raise_missing_or_stale(cur, owner_id, note_id)
+        _write_if_expected(cur, owner_id, note_id, "*" if expected is None else expected, queries.DELETE_NOTE, ())
 
 
-def _raise_missing_or_stale(cur: Cursor, owner_id: int, note_id: int) -> None:
-    cur.execute("SELECT version FROM notes WHERE id = %s AND owner_id = %s", (note_id, owner_id))
+def _write_if_expected(
+    cur: Cursor,
+    owner_id: int,
+    note_id: int,
+    expected: list[int] | Literal["*"],
+    write: str,
+    params: Iterable[Any],
+) -> dict[str, Any]:
+    """The note as ``write`` left it, if its version was expected: 404 if the owner has none, else 412."""
+    cur.execute(*queries.write_if_expected(note_id, owner_id, expected, write, tuple(params)))
     row = cur.fetchone()
     if row is None:
         raise ApiError(404, "no such note")
-    raise ApiError(412, "the note changed since you read it", details={"version": row[0]})
+    found, *written = row
+    if written[0] is None:
+        raise ApiError(412, "the note changed since you read it", details={"version": found})
+    return _as_note(cur, written)
 
 
 # -- TechEmpower (example_app/techempower.py, shared/TFB.md) ------------------------------
@@ -691,7 +647,6 @@ FORTUNES_HEAD = (
 )
 FORTUNES_TAIL = "</table></body></html>"
 HELLO = "Hello, World!"
-_SELECT_WORLD = "SELECT id, randomnumber FROM world WHERE id = %s"
 
 
 def query_count(text: str | None) -> int:
@@ -710,7 +665,7 @@ def _random_id() -> int:
 
 
 def _select_world(cur: Cursor) -> dict[str, int]:
-    cur.execute(_SELECT_WORLD, (_random_id(),))
+    cur.execute(queries.SELECT_WORLD, (_random_id(),))
     row = cur.fetchone()
     assert row is not None
     return {"id": row[0], "randomNumber": row[1]}
@@ -736,20 +691,14 @@ def update_worlds(pool: Pool, count: int) -> list[dict[str, int]]:
             world = _select_world(cur)
             number = new_numbers.setdefault(world["id"], _random_id())
             result.append({"id": world["id"], "randomNumber": number})
-        # Rows in id order, so that concurrent requests lock them in the same order and never deadlock.
-        ordered = sorted(new_numbers.items())
-        values = ", ".join(["(%s::int, %s::int)"] * len(ordered))
-        cur.execute(
-            f"UPDATE world SET randomnumber = v.r FROM (VALUES {values}) AS v(id, r) WHERE world.id = v.id",
-            [value for pair in ordered for value in pair],
-        )
+        cur.execute(*queries.update_worlds(new_numbers))
     return result
 
 
 def fortunes_page(pool: Pool) -> str:
     """Every fortune plus one added now, sorted by message here (TFB forbids ORDER BY), escaped."""
     with pool.cursor() as cur:
-        cur.execute("SELECT id, message FROM fortune")
+        cur.execute(queries.SELECT_FORTUNES)
         rows: list[tuple[int, str]] = cur.fetchall()
     rows.append((0, "Additional fortune added at request time."))
     rows.sort(key=lambda row: row[1])
