@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime
 from typing import Annotated, Any, Literal
-from urllib.parse import quote
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -143,19 +142,10 @@ def _expected_versions(if_match: str | None, version: int | None) -> list[int] |
     If-Match: RFC 9110, 13.1.1); it may be empty, and then nothing matches.
     """
     if if_match is not None:
-        if if_match.strip() == "*":
-            return "*"
-        versions = []
-        for tag in if_match.split(","):
-            tag = tag.strip()
-            if len(tag) < 2 or tag[0] != '"' or tag[-1] != '"':
-                if not tag.startswith('W/"'):
-                    raise HTTPBadRequest("If-Match must list ETags, e.g. '\"3\"', or be *")
-                continue
-            digits = tag[1:-1]
-            if digits.isascii() and digits.isdigit() and len(digits) < 19:
-                versions.append(int(digits))
-        return versions
+        try:
+            return queries.if_match_versions(if_match)
+        except ValueError as exc:
+            raise HTTPBadRequest(str(exc)) from None
     return None if version is None else [version]
 
 
@@ -207,12 +197,7 @@ async def list_notes(
     rows = rows[:limit]
     next_url = None
     if more:
-        query = f"after={rows[-1]['id']}&limit={limit}"
-        if done is not None:
-            query += f"&done={'true' if done else 'false'}"
-        if q:
-            query += f"&q={quote(q)}"
-        next_url = f"{request.url_for('notes')}?{query}"
+        next_url = f"{request.url_for('notes')}?{queries.next_page(rows[-1]['id'], limit, done, q)}"
     return NotePage([Note(**row) for row in rows], next_url)
 
 

@@ -5,12 +5,15 @@ baselines of the load suite (load/baseline/) run the very same ones through
 psycopg2, so that a comparison measures the servers and not two ways of asking
 the database. Placeholders are psycopg2's (``%s``), which both use. Nothing here
 touches a connection: a statement is a string, or a function that builds one
-with its parameters.
+with its parameters; beside them, the rules that read a query's parameters from
+a request (the TechEmpower ``queries`` count, a note's ``If-Match`` versions,
+the notes' next page), which both sides apply alike.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
+from urllib.parse import quote
 
 MAX_LIMIT = 100  # notes per page
 MAX_ID = 2**63 - 1  # bigserial
@@ -55,6 +58,37 @@ def notes_page(owner_id: int, after: int, limit: int, done: bool | None, q: str 
         where.append("title ILIKE %s")
         params.append("%" + escape_like(q) + "%")
     return f"SELECT {NOTE_COLUMNS} FROM notes WHERE {' AND '.join(where)} ORDER BY id LIMIT %s", (*params, limit + 1)
+
+
+def next_page(last_id: int, limit: int, done: bool | None, q: str | None) -> str:
+    """The query string of the page after the note ``last_id``: the same limit and filters."""
+    query = f"after={last_id}&limit={limit}"
+    if done is not None:
+        query += f"&done={'true' if done else 'false'}"
+    if q:
+        query += f"&q={quote(q)}"
+    return query
+
+
+def if_match_versions(if_match: str) -> list[int] | Literal["*"]:
+    """The versions an ``If-Match`` field names: ``"*"`` (any), or those of its strong ETags.
+
+    A weak ETag (``W/"3"``) never matches If-Match (RFC 9110, 13.1.1), so the list may
+    be empty, and then nothing matches. ValueError if a member is not an ETag.
+    """
+    if if_match.strip() == "*":
+        return "*"
+    versions = []
+    for tag in if_match.split(","):
+        tag = tag.strip()
+        if len(tag) < 2 or tag[0] != '"' or tag[-1] != '"':
+            if not tag.startswith('W/"'):
+                raise ValueError("If-Match must list ETags, e.g. '\"3\"', or be *")
+            continue
+        digits = tag[1:-1]
+        if digits.isascii() and digits.isdigit() and len(digits) < 19:
+            versions.append(int(digits))
+    return versions
 
 
 def update_note(fields: list[str]) -> str:
@@ -104,6 +138,17 @@ def write_if_expected(
 
 SELECT_WORLD = "SELECT id, randomnumber FROM world WHERE id = %s"
 SELECT_FORTUNES = "SELECT id, message FROM fortune"
+
+
+def query_count(text: str | None) -> int:
+    """``queries``: missing, empty, 0 or not a number → 1; above 500 → 500."""
+    text = "1" if text is None else text
+    if not (text.isascii() and text.isdigit()):  # int() would take "1_0", " 5" and "٥"
+        return 1
+    digits = text.lstrip("0")
+    if len(digits) > 3:
+        return 500
+    return min(max(int(digits or "0"), 1), 500)
 
 
 def update_worlds(new_numbers: dict[int, int]) -> tuple[str, list[int]]:

@@ -9,7 +9,7 @@ from operator import itemgetter
 from aiorest import Request, Response, Router
 from aiorest.db import Database
 
-from .queries import SELECT_FORTUNES, SELECT_WORLD, update_worlds
+from .queries import SELECT_FORTUNES, SELECT_WORLD, query_count, update_worlds
 
 router = Router()
 
@@ -27,14 +27,7 @@ def _db(request: Request) -> Database:
 
 
 def _count(request: Request) -> int:
-    """``queries``: missing, empty, 0 or not a number → 1; above 500 → 500."""
-    text = request.query.get("queries", "1")
-    if not (text.isascii() and text.isdigit()):  # int() would take "1_0", " 5" and "٥"
-        return 1
-    digits = text.lstrip("0")
-    if len(digits) > 3:
-        return 500
-    return min(max(int(digits or "0"), 1), 500)
+    return query_count(request.query.get("queries"))
 
 
 def _random_id() -> int:
