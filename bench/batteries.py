@@ -35,10 +35,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: bench/ is a package
 
 from bench.host import describe  # noqa: E402
-from bench.process import ServerProcess  # noqa: E402
 from bench.run import SERVERS, Record, keep_measuring, measure, write_summary  # noqa: E402
 from bench.stats import Summary, bar_chart, median, paired_ratio, summarise  # noqa: E402
 from bench.wrk import require_wrk  # noqa: E402
+from harness.processes import ServerProcess  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LUA = str(Path(__file__).resolve().parent / "headers.lua")

@@ -1,8 +1,8 @@
 """What one rate limit check costs, per store: in memory, in Redis, in PostgreSQL (issue 30, point 3).
 
 Times ``RateLimit.hit`` (the in-memory, synchronous path, unchanged), ``await RateLimit.ahit``
-in memory, in a :class:`~aiorest.auth.RedisLimitStore` and in a
-:class:`~aiorest.auth.PostgresLimitStore`, and a whole login check (``await
+in memory, in a :class:`~aiorest.security.RedisLimitStore` and in a
+:class:`~aiorest.security.PostgresLimitStore`, and a whole login check (``await
 LoginRateLimiter.acheck``: the address's limit, then the account's) in each store, beside a
 bare round trip to each (``PING``, ``SELECT 1``) for scale, one check at a time on uvloop,
 in interleaved rounds; prints microseconds per check (mean, standard deviation, 95% CI over
@@ -30,11 +30,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import uvloop
 
+from aiorest.db import Database, migrate
 from aiorest.security import LimitStore, LoginRateLimiter, PostgresLimitStore, RateLimit, RedisLimitStore
-from aiorest.db import Database
-from aiorest.db import migrate
-from bench.process import RedisServer, ServerError
 from bench.stats import median, paired_ratio, summarise
+from harness.processes import ServerError
+from harness.redis import RedisServer
 
 KEYS = 1000  # distinct keys the checks cycle over, under a limit none of them reaches
 

@@ -34,9 +34,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.process import ServerProcess, postgres_pinned  # noqa: E402
 from bench.run import SUITES, cpu_seconds, suite_environment  # noqa: E402
 from bench.wrk import WrkResult, require_wrk, run_wrk  # noqa: E402
+from harness.postgres import postgres_pinned  # noqa: E402
+from harness.processes import ServerProcess  # noqa: E402
 
 # (group, pattern on a py-spy frame "function (file:line)"), first match wins, innermost frame first.
 GROUPS: list[tuple[str, re.Pattern[str]]] = [

@@ -23,7 +23,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -36,9 +35,10 @@ from typing import Any, TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: bench/ is a package
 
 from bench.host import describe, one_line  # noqa: E402
-from bench.process import ServerError, ServerProcess, postgres_pids, postgres_pinned  # noqa: E402
 from bench.stats import Summary, bar_chart, median, paired_ratio, summarise  # noqa: E402
 from bench.wrk import WrkResult, require_wrk, run_wrk  # noqa: E402
+from harness.postgres import migrate, postgres_pids, postgres_pinned  # noqa: E402
+from harness.processes import ServerError, ServerProcess  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = Path(__file__).resolve().parent / "servers"
@@ -254,14 +254,10 @@ def suite_environment(suite: str, dsn: str | None) -> dict[str, str]:
     if not dsn:
         raise SystemExit(f"the {suite} suite needs a database: --dsn postgresql://... or DATABASE_URL")
     env.update(DATABASE_URL=dsn, DATABASE_POOL_MIN="32", DATABASE_POOL_MAX="32", BENCH_POOL_SIZE="32")
-    migrate = subprocess.run(
-        [sys.executable, "-m", "aiorest", "migrate", "--dir", "migrations", "--dsn", dsn],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    if migrate.returncode != 0:
-        raise SystemExit(f"cannot migrate the benchmark database: {migrate.stderr}")
+    try:
+        migrate(dsn)
+    except RuntimeError as exc:
+        raise SystemExit(f"the benchmark database: {exc}") from None
     return env
 
 

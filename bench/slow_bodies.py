@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from .process import ROOT, ServerProcess
+from harness.processes import ROOT, ServerProcess
 
 
 def rss_mib(pid: int) -> float:

@@ -31,7 +31,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: bench/ is a package
 
 from bench.host import describe  # noqa: E402
-from bench.process import ServerError, ServerProcess  # noqa: E402
 from bench.run import (  # noqa: E402
     BASE,
     SERVERS,
@@ -46,6 +45,7 @@ from bench.run import (  # noqa: E402
 )
 from bench.stats import Summary, bar_chart, median, paired_ratio, summarise  # noqa: E402
 from bench.wrk import require_wrk  # noqa: E402
+from harness.processes import ServerError, ServerProcess  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LUA = str(Path(__file__).resolve().parent / "orders.lua")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime
 from typing import Annotated, Any, Literal
-from urllib.parse import quote
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -45,12 +44,12 @@ from aiorest.db import Database
 from aiorest.security import identity, login_required
 from aiorest.typed import VALIDATION_MESSAGE, Header, raises
 
+from . import queries
+from .queries import MAX_ID, MAX_LIMIT
+
 # Compressed lists and uploads for the notes only: the TechEmpower routes must not pay for it.
 router = Router(middleware=[Compression(), Decompression()])
 
-MAX_LIMIT = 100
-MAX_ID = 2**63 - 1  # bigserial
-_COLUMNS = "id, title, body, done, version, created_at, updated_at"
 
 # 1 to 200 characters once the whitespace around it is stripped (the title is stored stripped).
 Title = Annotated[
@@ -142,31 +141,11 @@ def _expected_versions(if_match: str | None, version: int | None) -> list[int] |
     If-Match: RFC 9110, 13.1.1); it may be empty, and then nothing matches.
     """
     if if_match is not None:
-        if if_match.strip() == "*":
-            return "*"
-        versions = []
-        for tag in if_match.split(","):
-            tag = tag.strip()
-            if len(tag) < 2 or tag[0] != '"' or tag[-1] != '"':
-                if not tag.startswith('W/"'):
-                    raise HTTPBadRequest("If-Match must list ETags, e.g. '\"3\"', or be *")
-                continue
-            digits = tag[1:-1]
-            if digits.isascii() and digits.isdigit() and len(digits) < 19:
-                versions.append(int(digits))
-        return versions
+        try:
+            return queries.if_match_versions(if_match)
+        except ValueError as exc:
+            raise HTTPBadRequest(str(exc)) from None
     return None if version is None else [version]
-
-
-def _version_condition(expected: list[int] | Literal["*"]) -> tuple[str, tuple[Any, ...]]:
-    """The SQL that tells whether ``found``, the note's version, is expected, and its parameters."""
-    if expected == "*":
-        return "true", ()
-    if not expected:  # an empty list matches no version
-        return "false", ()
-    if len(expected) == 1:
-        return "found = %s", (expected[0],)
-    return "found = ANY(%s)", (expected,)
 
 
 async def _write_if_expected(
@@ -177,22 +156,8 @@ async def _write_if_expected(
     Returns the written row; 404 if the caller has no such note, 412 with its version
     if that is not one of ``expected``.
     """
-    # The write and its answer come from one statement, so both describe one moment.
-    # The first CTE locks the note: under READ COMMITTED, FOR UPDATE waits for a
-    # concurrent write to commit, then reads the row as that write left it (nothing,
-    # if it deleted the row). The second writes the locked row only if the version
-    # found is expected; the SELECT returns that version beside the written row
-    # (NULLs if nothing was written). A write, then a second query to tell 404 from
-    # 412, let another write slip in between: a 412 could report the very version
-    # the request named.
-    condition, versions = _version_condition(expected)
-    row = await _db(request).fetchone(
-        "WITH locked AS MATERIALIZED (SELECT id AS locked_id, version AS found FROM notes"
-        " WHERE id = %s AND owner_id = %s FOR UPDATE), "
-        f"written AS ({write} WHERE id = locked_id AND {condition} RETURNING {_COLUMNS}) "
-        "SELECT found, written.* FROM locked LEFT JOIN written ON true",
-        (note_id, await _owner(request), *params, *versions),
-    )
+    sql, params = queries.write_if_expected(note_id, await _owner(request), expected, write, params)
+    row = await _db(request).fetchone(sql, params)
     if row is None:  # no such note, or another user's
         raise HTTPNotFound("no such note")
     found = row.pop("found")
@@ -206,10 +171,6 @@ def _note_id(note_id: int) -> int:
     if note_id > MAX_ID:
         raise HTTPNotFound("no such note")
     return note_id
-
-
-def _escape_like(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 IfMatch = Annotated[str | None, Header("If-Match")]
@@ -230,27 +191,12 @@ async def list_notes(
     whatever the case. ``next`` keeps the limit and the filters.
     """
     limit = min(limit, MAX_LIMIT)
-    where = ["owner_id = %s", "id > %s"]
-    params: list[Any] = [await _owner(request), after]
-    if done is not None:
-        where.append("done = %s")
-        params.append(done)
-    if q:
-        where.append("title ILIKE %s")
-        params.append("%" + _escape_like(q) + "%")
-    rows = await _db(request).fetchall(
-        f"SELECT {_COLUMNS} FROM notes WHERE {' AND '.join(where)} ORDER BY id LIMIT %s", (*params, limit + 1)
-    )
+    rows = await _db(request).fetchall(*queries.notes_page(await _owner(request), after, limit, done, q))
     more = len(rows) > limit
     rows = rows[:limit]
     next_url = None
     if more:
-        query = f"after={rows[-1]['id']}&limit={limit}"
-        if done is not None:
-            query += f"&done={'true' if done else 'false'}"
-        if q:
-            query += f"&q={quote(q)}"
-        next_url = f"{request.url_for('notes')}?{query}"
+        next_url = f"{request.url_for('notes')}?{queries.next_page(rows[-1]['id'], limit, done, q)}"
     return NotePage([Note(**row) for row in rows], next_url)
 
 
@@ -259,7 +205,7 @@ async def list_notes(
 async def create_note(request: Request, note: NewNote) -> Note | Response:
     """Create a note of the caller's: 201, its URL in ``Location``, its version in ``ETag``."""
     row = await _db(request).fetchone(
-        f"INSERT INTO notes (owner_id, title, body, done) VALUES (%s, %s, %s, %s) RETURNING {_COLUMNS}",
+        queries.INSERT_NOTE,
         (await _owner(request), note.title.strip(), note.body, note.done),
     )
     assert row is not None
@@ -272,9 +218,7 @@ async def create_note(request: Request, note: NewNote) -> Note | Response:
 @login_required
 async def get_note(request: Request, note_id: int) -> Note | Response:
     """A note of the caller's, its version in ``ETag``."""
-    row = await _db(request).fetchone(
-        f"SELECT {_COLUMNS} FROM notes WHERE id = %s AND owner_id = %s", (_note_id(note_id), await _owner(request))
-    )
+    row = await _db(request).fetchone(queries.SELECT_NOTE, (_note_id(note_id), await _owner(request)))
     if row is None:
         raise HTTPNotFound("no such note")
     return _note_response(row)
@@ -293,12 +237,11 @@ async def _update(request: Request, note_id: int, note: NotePatch, if_match: str
         raise HTTPUnprocessableEntity(
             VALIDATION_MESSAGE, details=[{"location": "body", "message": "no field to change"}]
         )
-    assignments = ", ".join(f"{name} = %s" for name in fields)
     row = await _write_if_expected(
         request,
         _note_id(note_id),
         expected,
-        f"UPDATE notes SET {assignments}, version = version + 1, updated_at = now() FROM locked",
+        queries.update_note(list(fields)),
         tuple(fields.values()),
     )
     return _note_response(row)
@@ -342,4 +285,4 @@ async def delete_note(request: Request, note_id: int, if_match: IfMatch = None) 
     expected = _expected_versions(if_match, None)
     if expected is None:  # DELETE needs no precondition
         expected = "*"
-    await _write_if_expected(request, _note_id(note_id), expected, "DELETE FROM notes USING locked", ())
+    await _write_if_expected(request, _note_id(note_id), expected, queries.DELETE_NOTE, ())

@@ -9,6 +9,8 @@ from operator import itemgetter
 from aiorest import Request, Response, Router
 from aiorest.db import Database
 
+from .queries import SELECT_FORTUNES, SELECT_WORLD, query_count, update_worlds
+
 router = Router()
 
 _FORTUNES_HEAD = (
@@ -25,14 +27,7 @@ def _db(request: Request) -> Database:
 
 
 def _count(request: Request) -> int:
-    """``queries``: missing, empty, 0 or not a number → 1; above 500 → 500."""
-    text = request.query.get("queries", "1")
-    if not (text.isascii() and text.isdigit()):  # int() would take "1_0", " 5" and "٥"
-        return 1
-    digits = text.lstrip("0")
-    if len(digits) > 3:
-        return 500
-    return min(max(int(digits or "0"), 1), 500)
+    return query_count(request.query.get("queries"))
 
 
 def _random_id() -> int:
@@ -49,12 +44,9 @@ async def plaintext(request: Request) -> Response:
     return Response(b"Hello, World!", media_type="text/plain")
 
 
-_SELECT_WORLD = "SELECT id, randomnumber FROM world WHERE id = %s"
-
-
 @router.get("/db")
 async def single_query(request: Request) -> dict[str, int]:
-    row = await _db(request).fetchone(_SELECT_WORLD, (_random_id(),))
+    row = await _db(request).fetchone(SELECT_WORLD, (_random_id(),))
     assert row is not None
     return {"id": row["id"], "randomNumber": row["randomnumber"]}
 
@@ -65,7 +57,7 @@ async def multiple_queries(request: Request) -> list[dict[str, int]]:
     worlds = []
     async with db.connection() as conn:
         for _ in range(_count(request)):
-            row = await conn.fetchone(_SELECT_WORLD, (_random_id(),))
+            row = await conn.fetchone(SELECT_WORLD, (_random_id(),))
             assert row is not None
             worlds.append({"id": row["id"], "randomNumber": row["randomnumber"]})
     return worlds
@@ -73,7 +65,7 @@ async def multiple_queries(request: Request) -> list[dict[str, int]]:
 
 @router.get("/fortunes")
 async def fortunes(request: Request) -> Response:
-    rows = await _db(request).fetchrows("SELECT id, message FROM fortune")
+    rows = await _db(request).fetchrows(SELECT_FORTUNES)
     rows.append((0, "Additional fortune added at request time."))
     rows.sort(key=_by_message)
     cells = "".join([f"<tr><td>{id_}</td><td>{escape(message)}</td></tr>" for id_, message in rows])
@@ -88,16 +80,9 @@ async def updates(request: Request) -> list[dict[str, int]]:
         worlds = []
         new_numbers: dict[int, int] = {}  # a repeated id gets one new number
         for _ in range(count):
-            row = await conn.fetchone(_SELECT_WORLD, (_random_id(),))
+            row = await conn.fetchone(SELECT_WORLD, (_random_id(),))
             assert row is not None
             number = new_numbers.setdefault(row["id"], _random_id())
             worlds.append({"id": row["id"], "randomNumber": number})
-        # One bulk UPDATE per request, rows in id order so concurrent requests don't deadlock.
-        ordered = sorted(new_numbers.items())
-        values = ", ".join(["(%s::int, %s::int)"] * len(ordered))
-        params = [value for pair in ordered for value in pair]
-        await conn.execute(
-            f"UPDATE world SET randomnumber = v.r FROM (VALUES {values}) AS v(id, r) WHERE world.id = v.id",
-            params,
-        )
+        await conn.execute(*update_worlds(new_numbers))  # one bulk UPDATE per request
     return worlds

@@ -52,6 +52,8 @@ from aiorest.security import (
 )
 from aiorest.typed import raises
 
+from . import queries
+
 router = Router()
 
 
@@ -100,8 +102,7 @@ def auth(database: Database) -> Auth:
 
     async def user_by_token(token: str) -> User | None:
         row = await database.fetchone(
-            "SELECT users.id, users.username FROM api_tokens JOIN users ON users.id = api_tokens.user_id"
-            " WHERE token_hash = %s AND expires_at > now()",
+            queries.USER_BY_TOKEN,
             (token_hash(token),),
         )
         return None if row is None else User(**row)
@@ -149,9 +150,7 @@ async def _authenticate(request: Request, credentials: Credentials) -> User:
     passwords: Passwords = request.app.state.passwords
     address = _address(request)
     async with limiter.acheck(credentials.username, address):
-        row = await _db(request).fetchone(
-            "SELECT id, username, password_hash FROM users WHERE username = %s", (credentials.username,)
-        )
+        row = await _db(request).fetchone(queries.USER_FOR_LOGIN, (credentials.username,))
         # an unknown user costs a hash all the same (verify(None, ...)), so the time tells nothing
         stored = row["password_hash"] if row else None
         matches = await passwords.verify(stored, credentials.password, client=address)
@@ -175,8 +174,7 @@ async def register(request: Request, new: NewUser) -> User:
     passwords: Passwords = request.app.state.passwords
     password_hash = await passwords.hash(new.password, client=address)
     row = await db.fetchone(
-        "INSERT INTO users (username, password_hash) VALUES (%s, %s) ON CONFLICT (username) DO NOTHING"
-        " RETURNING id, username",
+        queries.INSERT_USER,
         (new.username, password_hash),
     )
     if row is None:
@@ -217,8 +215,7 @@ async def create_token(request: Request, credentials: Credentials) -> Token:
     user = await _authenticate(request, credentials)
     token = secrets.token_urlsafe(32)
     expires_at = await _db(request).fetchval(
-        "INSERT INTO api_tokens (token_hash, user_id, expires_at) VALUES (%s, %s, now() + interval '30 days')"
-        " RETURNING expires_at",
+        queries.INSERT_TOKEN,
         (token_hash(token), user.id),
     )
     return Token(token, "Bearer", expires_at)
@@ -231,9 +228,7 @@ async def revoke_token(request: Request) -> None:
     token = bearer_token(request)
     deleted = 0
     if token is not None:
-        deleted = await _db(request).execute(
-            "DELETE FROM api_tokens WHERE token_hash = %s AND expires_at > now()", (token_hash(token),)
-        )
+        deleted = await _db(request).execute(queries.DELETE_TOKEN, (token_hash(token),))
     if not deleted:
         error = HTTPUnauthorized("send the bearer token to revoke")
         error.headers["WWW-Authenticate"] = 'Bearer realm="api"'  # a session will not do here

@@ -3,7 +3,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.pg import fresh_database, server_url
+from harness.postgres import fresh_database, server_url
 
 # The fast tier, `python -m pytest -q -m "not db and not slow"`: what runs in-process in
 # well under a minute (unit tests, the sans-IO connection fed bytes, servers on a free port).

@@ -1,4 +1,4 @@
-"""Issue 30, point 7: a cluster of hosts on this machine (load/cluster_hosts.py), tested as one.
+"""Issue 30, point 7: a cluster of hosts on this machine (load/cluster/hosts.py), tested as one.
 
 Network namespaces joined by a bridge: a balancer (nginx, deploy/nginx.conf), two
 app hosts (``aiorest run example_app.app:app --workers 2``), a database host (its own
@@ -6,7 +6,7 @@ PostgreSQL behind PgBouncer in transaction mode) and a Redis host. A rolling dep
 through the balancer loses no request; the login limiter holds across hosts when the
 example app has a shared store (``RATE_LIMIT_STORE``); a login through the balancer is
 valid on both hosts and a logout is seen by both at once, with the sessions in PostgreSQL
-and in Redis (``SESSION_STORE``). ``python -m load.cluster`` runs
+and in Redis (``SESSION_STORE``). ``python -m load cluster`` runs
 the rest of the issue's scenarios, with figures.
 """
 
@@ -18,11 +18,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from load import steady
-from load.cluster_faults import shared_limiter_supported
-from load.cluster_hosts import Cluster, ClusterConfig, missing_tools
-from load.cluster_sessions import sessions_across_hosts
-from load.netns import unavailable_reason
+from harness import steady
+from harness.netns import unavailable_reason
+from load.cluster.faults import shared_limiter_supported
+from load.cluster.hosts import Cluster, ClusterConfig, missing_tools
+from load.cluster.sessions import sessions_across_hosts
 
 
 @pytest.fixture(scope="module")

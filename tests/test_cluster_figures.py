@@ -1,8 +1,8 @@
-"""How load/cluster_runs.py counts a fault's requests: windows by the time each ended, failures by kind."""
+"""How load/cluster/locust_runs.py counts a fault's requests: windows by the time each ended, failures by kind."""
 
 from __future__ import annotations
 
-from load.cluster_runs import figures, kind, timeline, windows
+from load.cluster.locust_runs import figures, kind, timeline, windows
 
 
 def row(t: float, ms: float, method: str = "GET", status: int = 200, **extra: object) -> dict[str, object]:

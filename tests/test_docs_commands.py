@@ -31,8 +31,9 @@ from pathlib import Path
 
 import pytest
 
-from load.nginx import NGINX_BINARY
-from load.procs import free_port, http_get, stop_process
+from harness.nginx import NGINX_BINARY
+from harness.ports import free_port
+from harness.processes import http_get, stop_process
 from tests.docs_commands import ROOT, Command, before, commands, every_command
 
 #: Commands not run by this module, by a pattern of the command: where they are run, or why not.

@@ -411,8 +411,8 @@ async def test_a_keyed_write_under_another_precondition_is_not_the_first(client)
 async def test_readyz_names_every_store_and_is_503_while_redis_is_down(shared_database_url, monkeypatch):
     # issue 34: with Redis down every login and cookie request answered 503, yet /readyz stayed 200
     from aiorest import Server
+    from harness.fixtures import RedisServer
     from tests.ops.test_readiness import readyz_once_it_is
-    from tests.redisserver import RedisServer
 
     with RedisServer() as redis:
         monkeypatch.setenv("SESSION_STORE", redis.url)

@@ -170,7 +170,7 @@ def test_compare_refuses_an_unknown_target(tmp_path):
 
 
 def test_a_lost_run_is_reported_and_left_out_of_the_paired_ratios():
-    from load.compare import markdown, summarise_runs
+    from load.compare.run import markdown, summarise_runs
 
     def run(round_number: int, target: str, rps: float) -> dict:
         return {
@@ -207,7 +207,7 @@ def test_a_lost_run_is_reported_and_left_out_of_the_paired_ratios():
 
 
 def test_a_locust_run_past_its_deadline_is_stopped_with_its_workers(monkeypatch):
-    from load import generators
+    from load.clients import generators
 
     # Nothing listens on this port; locust would go on for its 60 s. The deadline
     # comes 4 s after the start instead, once the master has forked its workers.

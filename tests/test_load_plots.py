@@ -1,4 +1,4 @@
-"""The figures and latencies of ``python -m load compare`` (load/plots.py), drawn from a comparison's summary."""
+"""The figures and latencies of ``python -m load compare`` (load/compare/plots.py), drawn from a summary."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from load.compare import markdown, summarise_runs
-from load.plots import latency, plot
+from load.compare.plots import latency, plot
+from load.compare.run import markdown, summarise_runs
 
 matplotlib = pytest.importorskip("matplotlib")
 from matplotlib.container import ErrorbarContainer  # noqa: E402
@@ -152,7 +152,7 @@ def test_the_table_prints_a_sub_millisecond_latency_in_us():
 
 def test_the_figures_are_drawn_again_from_a_summary_file(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps(summary()))
-    command = [sys.executable, "-m", "load.plots", str(tmp_path / "summary.json")]
+    command = [sys.executable, "-m", "load", "compare", "plots", str(tmp_path / "summary.json")]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert sorted(path.name for path in tmp_path.glob("*.png")) == [

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from load.steady import run
-from tests.nginx import APP, aiorest_process, nginx  # noqa: F401  (fixtures)
+from harness.fixtures import APP, aiorest_process, nginx  # noqa: F401  (fixtures)
+from harness.steady import run
 
 
 def request(

@@ -24,10 +24,10 @@ import psycopg2
 import pytest
 
 from aiorest.db import Database, StatementTimeout, UniqueViolation
-from bench.process import free_port
 from example_app.app import MIGRATE_ARGS
-from load.procs import stop_process
-from load.prod_pooler import database_name, run_pgbouncer
+from harness.pgbouncer import database_name, run_pgbouncer
+from harness.ports import free_port
+from harness.processes import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(

@@ -1,4 +1,4 @@
-"""load.procs.AiorestProcess, the subprocess the tests and load scripts serve from."""
+"""harness.processes.AiorestProcess, the subprocess the tests and load scripts serve from."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-from load.procs import ROOT
+from harness.processes import ROOT
 
 RUN = textwrap.dedent("""
     import gc
     import json
     from pathlib import Path
-    from load.procs import AiorestProcess
+    from harness.processes import AiorestProcess
 
     with AiorestProcess("examples.hello:app") as server:
         assert server.get("/")[0] in (200, 404)

@@ -19,8 +19,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from load.procs import AiorestProcess
-from tests.redisserver import RedisServer
+from harness.fixtures import RedisServer
+from harness.processes import AiorestProcess
 
 PASSWORD = "correct horse battery"
 

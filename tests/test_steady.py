@@ -1,11 +1,11 @@
-"""The steady load client (load/steady.py) that the restart and failover tests trust to count failures."""
+"""The steady load client (harness/steady.py) that the restart and failover tests trust to count failures."""
 
 from __future__ import annotations
 
 import asyncio
 
 from aiorest import App, Request
-from load.steady import run
+from harness.steady import run
 
 
 async def test_a_steady_run_sends_at_its_rate_and_counts_answers(aiorest_client):

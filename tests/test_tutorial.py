@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.nginx import aiorest_process, nginx  # noqa: F401  (fixtures)
+from harness.fixtures import aiorest_process, nginx  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
 TUTORIAL = ROOT / "docs" / "tutorial"

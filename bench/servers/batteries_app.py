@@ -25,8 +25,7 @@ from aiorest import (
     Router,
     SessionMiddleware,
 )
-from aiorest.db import Database
-from aiorest.db import migrate
+from aiorest.db import Database, migrate
 
 SMALL = {"id": 1, "title": "a note", "done": False, "tags": ["x", "y"], "body": "b" * 40}  # about 100 B
 BIG = {"items": [{"id": i, "title": f"note {i}", "done": i % 2 == 0} for i in range(250)]}  # about 10 KB

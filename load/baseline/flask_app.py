@@ -19,7 +19,9 @@ from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from werkzeug.routing import BaseConverter
 
-from . import common
+from example_app import queries
+
+from . import common, notes, techempower, users
 from .common import ApiError, Pool
 
 api = Blueprint("api", __name__)
@@ -105,32 +107,32 @@ def _http_error(error: HTTPException) -> Response:
 
 @api.get("/json")
 def json_test() -> dict[str, str]:
-    return {"message": common.HELLO}
+    return {"message": techempower.HELLO}
 
 
 @api.get("/plaintext")
 def plaintext() -> Response:
-    return Response(common.HELLO, mimetype="text/plain")
+    return Response(techempower.HELLO, mimetype="text/plain")
 
 
 @api.get("/db")
 def single_query() -> dict[str, int]:
-    return common.single_world(_pool())
+    return techempower.single_world(_pool())
 
 
 @api.get("/queries")
 def multiple_queries() -> list[dict[str, int]]:
-    return common.worlds(_pool(), common.query_count(request.args.get("queries")))
+    return techempower.worlds(_pool(), queries.query_count(request.args.get("queries")))
 
 
 @api.get("/fortunes")
 def fortunes() -> Response:
-    return Response(common.fortunes_page(_pool()), mimetype="text/html")
+    return Response(techempower.fortunes_page(_pool()), mimetype="text/html")
 
 
 @api.get("/updates")
 def updates() -> list[dict[str, int]]:
-    return common.update_worlds(_pool(), common.query_count(request.args.get("queries")))
+    return techempower.update_worlds(_pool(), queries.query_count(request.args.get("queries")))
 
 
 # -- users --------------------------------------------------------------------------------
@@ -140,44 +142,44 @@ def _json_body() -> Any:
     return common.parse_json_body(request.content_type, request.get_data(cache=False))
 
 
-def _credentials() -> common.Credentials:
-    return common.Credentials.from_headers(request.headers.getlist("Cookie"), request.headers.getlist("Authorization"))
+def _credentials() -> users.Credentials:
+    return users.Credentials.from_headers(request.headers.getlist("Cookie"), request.headers.getlist("Authorization"))
 
 
 def _user_id() -> int:
-    return common.authenticate(_pool(), _credentials()).id
+    return users.authenticate(_pool(), _credentials()).id
 
 
 @api.post("/users")
 def register() -> ResponseReturnValue:
-    return common.register(_pool(), _json_body()).to_dict(), 201
+    return users.register(_pool(), _json_body()).to_dict(), 201
 
 
 @api.post("/login")
 def login() -> ResponseReturnValue:
-    user, cookie = common.login(_pool(), _json_body(), request.remote_addr, _credentials().session_id)
+    user, cookie = users.login(_pool(), _json_body(), request.remote_addr, _credentials().session_id)
     return user.to_dict(), {"Set-Cookie": cookie}
 
 
 @api.post("/logout")
 def logout() -> Response:
-    cookie = common.logout(_pool(), _credentials().session_id)
+    cookie = users.logout(_pool(), _credentials().session_id)
     return _no_content(None if cookie is None else {"Set-Cookie": cookie})
 
 
 @api.get("/me")
 def me() -> dict[str, Any]:
-    return common.authenticate(_pool(), _credentials()).to_dict()
+    return users.authenticate(_pool(), _credentials()).to_dict()
 
 
 @api.post("/tokens")
 def create_token() -> ResponseReturnValue:
-    return common.create_token(_pool(), _json_body(), request.remote_addr), 201
+    return users.create_token(_pool(), _json_body(), request.remote_addr), 201
 
 
 @api.delete("/tokens/current")
 def revoke_token() -> Response:
-    common.revoke_token(_pool(), _credentials())
+    users.revoke_token(_pool(), _credentials())
     return _no_content()
 
 
@@ -186,28 +188,26 @@ def revoke_token() -> Response:
 
 @api.get("/notes")
 def list_notes() -> dict[str, Any]:
-    return common.list_notes(_pool(), _user_id(), request.args)
+    return notes.list_notes(_pool(), _user_id(), request.args)
 
 
 @api.post("/notes")
 def create_note() -> ResponseReturnValue:
     owner_id = _user_id()
-    note = common.create_note(_pool(), owner_id, _json_body())
-    return note, 201, {"Location": common.note_location(note), "ETag": common.note_etag(note)}
+    note = notes.create_note(_pool(), owner_id, _json_body())
+    return note, 201, {"Location": notes.note_location(note), "ETag": notes.note_etag(note)}
 
 
 @api.get("/notes/<digits:note_id>")
 def get_note(note_id: int) -> ResponseReturnValue:
-    note = common.get_note(_pool(), _user_id(), note_id)
-    return note, {"ETag": common.note_etag(note)}
+    note = notes.get_note(_pool(), _user_id(), note_id)
+    return note, {"ETag": notes.note_etag(note)}
 
 
 def _update(note_id: int, *, partial: bool) -> ResponseReturnValue:
     owner_id = _user_id()
-    note = common.update_note(
-        _pool(), owner_id, note_id, _json_body(), request.headers.get("If-Match"), partial=partial
-    )
-    return note, {"ETag": common.note_etag(note)}
+    note = notes.update_note(_pool(), owner_id, note_id, _json_body(), request.headers.get("If-Match"), partial=partial)
+    return note, {"ETag": notes.note_etag(note)}
 
 
 @api.put("/notes/<digits:note_id>")
@@ -222,7 +222,7 @@ def patch_note(note_id: int) -> ResponseReturnValue:
 
 @api.delete("/notes/<digits:note_id>")
 def delete_note(note_id: int) -> Response:
-    common.delete_note(_pool(), _user_id(), note_id, request.headers.get("If-Match"))
+    notes.delete_note(_pool(), _user_id(), note_id, request.headers.get("If-Match"))
     return _no_content()
 
 

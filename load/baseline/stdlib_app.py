@@ -2,7 +2,7 @@
 
 A thread per connection and no framework: where threads themselves break.
 HTTP/1.1 with keep-alive, the same blocking pool and logic as flask_app
-(common.py). ``DATABASE_URL`` names the database; SIGTERM or Ctrl-C stops it.
+(common.py, users.py, notes.py, techempower.py). ``DATABASE_URL`` names the database; SIGTERM or Ctrl-C stops it.
 
     python -m load.baseline.stdlib_app --port 8082 [--pool 32]
 """
@@ -22,7 +22,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from . import common
+from example_app import queries
+
+from . import common, notes, techempower, users
 from .common import ApiError, Pool
 
 logger = logging.getLogger("load.baseline.stdlib_app")
@@ -54,13 +56,13 @@ class Request:
     def json(self) -> Any:
         return common.parse_json_body(self.headers.get("Content-Type"), self.body)
 
-    def credentials(self) -> common.Credentials:
-        return common.Credentials.from_headers(
+    def credentials(self) -> users.Credentials:
+        return users.Credentials.from_headers(
             self.headers.get_all("Cookie") or [], self.headers.get_all("Authorization") or []
         )
 
     def user_id(self) -> int:
-        return common.authenticate(self.pool, self.credentials()).id
+        return users.authenticate(self.pool, self.credentials()).id
 
 
 Route = Callable[[Request], Reply]
@@ -84,11 +86,11 @@ def _parse_query(text: str) -> dict[str, str]:
 
 # -- routes ------------------------------------------------------------------------------
 
-_HELLO = common.HELLO.encode()
+_HELLO = techempower.HELLO.encode()
 
 
 def _json_test(request: Request) -> Reply:
-    return _json({"message": common.HELLO})
+    return _json({"message": techempower.HELLO})
 
 
 def _plaintext(request: Request) -> Reply:
@@ -96,69 +98,69 @@ def _plaintext(request: Request) -> Reply:
 
 
 def _single_query(request: Request) -> Reply:
-    return _json(common.single_world(request.pool))
+    return _json(techempower.single_world(request.pool))
 
 
 def _queries(request: Request) -> Reply:
-    return _json(common.worlds(request.pool, common.query_count(request.query.get("queries"))))
+    return _json(techempower.worlds(request.pool, queries.query_count(request.query.get("queries"))))
 
 
 def _fortunes(request: Request) -> Reply:
-    return Reply(200, common.fortunes_page(request.pool).encode(), common.HTML_TYPE)
+    return Reply(200, techempower.fortunes_page(request.pool).encode(), common.HTML_TYPE)
 
 
 def _updates(request: Request) -> Reply:
-    return _json(common.update_worlds(request.pool, common.query_count(request.query.get("queries"))))
+    return _json(techempower.update_worlds(request.pool, queries.query_count(request.query.get("queries"))))
 
 
 def _register(request: Request) -> Reply:
-    return _json(common.register(request.pool, request.json()).to_dict(), 201)
+    return _json(users.register(request.pool, request.json()).to_dict(), 201)
 
 
 def _login(request: Request) -> Reply:
-    user, cookie = common.login(request.pool, request.json(), request.address, request.credentials().session_id)
+    user, cookie = users.login(request.pool, request.json(), request.address, request.credentials().session_id)
     return _json(user.to_dict(), headers={"Set-Cookie": cookie})
 
 
 def _logout(request: Request) -> Reply:
-    cookie = common.logout(request.pool, request.credentials().session_id)
+    cookie = users.logout(request.pool, request.credentials().session_id)
     return Reply(204, headers={} if cookie is None else {"Set-Cookie": cookie})
 
 
 def _me(request: Request) -> Reply:
-    return _json(common.authenticate(request.pool, request.credentials()).to_dict())
+    return _json(users.authenticate(request.pool, request.credentials()).to_dict())
 
 
 def _create_token(request: Request) -> Reply:
-    return _json(common.create_token(request.pool, request.json(), request.address), 201)
+    return _json(users.create_token(request.pool, request.json(), request.address), 201)
 
 
 def _revoke_token(request: Request) -> Reply:
-    common.revoke_token(request.pool, request.credentials())
+    users.revoke_token(request.pool, request.credentials())
     return Reply(204)
 
 
 def _list_notes(request: Request) -> Reply:
-    return _json(common.list_notes(request.pool, request.user_id(), request.query))
+    return _json(notes.list_notes(request.pool, request.user_id(), request.query))
 
 
 def _create_note(request: Request) -> Reply:
     owner_id = request.user_id()
-    note = common.create_note(request.pool, owner_id, request.json())
-    return _json(note, 201, {"Location": common.note_location(note), "ETag": common.note_etag(note)})
+    note = notes.create_note(request.pool, owner_id, request.json())
+    return _json(note, 201, {"Location": notes.note_location(note), "ETag": notes.note_etag(note)})
 
 
 def _get_note(request: Request) -> Reply:
-    note = common.get_note(request.pool, request.user_id(), request.note_id)
-    return _json(note, headers={"ETag": common.note_etag(note)})
+    note = notes.get_note(request.pool, request.user_id(), request.note_id)
+    return _json(note, headers={"ETag": notes.note_etag(note)})
 
 
 def _update(request: Request, *, partial: bool) -> Reply:
     owner_id = request.user_id()
-    note = common.update_note(
+    note = notes.update_note(
         request.pool, owner_id, request.note_id, request.json(), request.headers.get("If-Match"), partial=partial
     )
-    return _json(note, headers={"ETag": common.note_etag(note)})
+    return _json(note, headers={"ETag": notes.note_etag(note)})
 
 
 def _replace_note(request: Request) -> Reply:
@@ -170,7 +172,7 @@ def _patch_note(request: Request) -> Reply:
 
 
 def _delete_note(request: Request) -> Reply:
-    common.delete_note(request.pool, request.user_id(), request.note_id, request.headers.get("If-Match"))
+    notes.delete_note(request.pool, request.user_id(), request.note_id, request.headers.get("If-Match"))
     return Reply(204)
 
 

@@ -17,16 +17,11 @@ from pathlib import Path
 import pytest
 
 from aiorest import __version__ as aiorest_version
+from harness.ports import free_port
 from tests.app.test_lifecycle import backends, create_table_world, wait_for_no_backends
 from tests.wire import fetch, get
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def python(

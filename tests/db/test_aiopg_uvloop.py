@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.process import free_port
+from harness.ports import free_port
 from tests.db.test_db_restart import LOST_LINE, NOISE, Postgres, pool_state
 from tests.db.test_db_restart import postgres as postgres  # a fixture
 

@@ -28,7 +28,7 @@ import uvloop
 from aiorest import App, Request
 from aiorest.db import Database, DatabaseUnavailable
 from aiorest.testing import TestClient
-from bench.process import free_port
+from harness.ports import free_port
 from tests.wire import get, read_response
 
 ROOT = Path(__file__).resolve().parents[2]

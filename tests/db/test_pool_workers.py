@@ -22,8 +22,8 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from bench.process import free_port
-from load.procs import stop_process
+from harness.ports import free_port
+from harness.processes import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 WRK = shutil.which("wrk")

@@ -16,7 +16,8 @@ import pytest
 from aiorest import App, Request, Server
 from aiorest.http.forwarded import MAX_HOPS, TrustedProxies, parse_forwarded, resolve_forwarded, valid_host
 from bench.inprocess import FORWARDED_CASES, FORWARDED_PROXIES
-from tests.cli.test_cli import free_port, python, running, stop, wait_until_accepting
+from harness.ports import free_port
+from tests.cli.test_cli import python, running, stop, wait_until_accepting
 from tests.wire import fetch, get, read_response
 
 

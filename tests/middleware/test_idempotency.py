@@ -25,8 +25,8 @@ from aiorest.middleware.idempotency import (
     Stored,
     idempotency_exempt,
 )
-from load.procs import AiorestProcess
-from tests.redisserver import RedisServer
+from harness.fixtures import RedisServer
+from harness.processes import AiorestProcess
 
 
 @pytest.fixture(scope="module")

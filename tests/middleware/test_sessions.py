@@ -29,7 +29,8 @@ from aiorest import (
 from aiorest.db import Database, MigrationError, load_migrations, migrate
 from aiorest.middleware.sessions import COOKIE_LIMIT, Session, SessionStore, stored_id
 from aiorest.server import Server
-from tests.redisserver import RedisServer, answers
+from harness.fixtures import RedisServer
+from harness.fixtures import redis_answers as answers
 
 OLD = "o" * 32
 NEW = "n" * 32

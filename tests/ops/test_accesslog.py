@@ -23,7 +23,8 @@ from aiorest.http.requestid import request_id
 from aiorest.ops.accesslog import AccessLog
 from aiorest.server.shared import ServerState
 from aiorest.server.writing import short_answer
-from tests.cli.test_cli import free_port, python, running, wait_until_accepting
+from harness.ports import free_port
+from tests.cli.test_cli import python, running, wait_until_accepting
 from tests.wire import fetch, get, read_response
 
 MADE = re.compile(r"[0-9a-f]{12}-[0-9a-f]+")

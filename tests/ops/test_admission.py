@@ -15,7 +15,7 @@ import pytest
 from aiorest import App, Limits, Server
 from aiorest.db import Database
 from aiorest.ops.admission import Admission
-from load.prod_admission import measure
+from load.production.admission import measure
 from tests.rawhttp import read_responses
 
 
@@ -384,7 +384,7 @@ async def test_cancel_on_disconnect_rolls_back_the_transaction_and_the_pool_stay
 @pytest.mark.slow  # a process of its own (the fast tier runs in-process only)
 def test_ten_times_overload_gives_only_200s_and_503s_and_bounds_the_wait():
     """The latency under overload (p99 against unloaded) is a figure, not asserted here:
-    python -m load.prod_admission prints it, and python -m load.production checks it."""
+    python -m load production admission prints it, and python -m load production checks it."""
     result = measure(seconds=2.0, max_concurrency=16, work=0.02, overload=10)
     assert set(result["statuses"]) == {"200", "503"}, result
     assert result["503_without_retry_after"] == 0, result

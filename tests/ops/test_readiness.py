@@ -25,8 +25,8 @@ from aiorest import (
 from aiorest.db import Database
 from aiorest.middleware.idempotency import RedisIdempotencyStore
 from aiorest.security import PostgresLimitStore, RedisLimitStore
+from harness.fixtures import RedisServer
 from tests.ops.test_health import closed_port, get, serving
-from tests.redisserver import RedisServer
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from aiorest import HTTPServiceUnavailable, HTTPTooManyRequests
 from aiorest.db import Database, migrate
 from aiorest.security import LimitStore, LoginRateLimiter, PostgresLimitStore, RateLimit, RedisLimitStore
-from tests.redisserver import RedisServer
+from harness.fixtures import RedisServer
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import pytest
 
 from aiorest.middleware.sessions import stored_id
 from example_app.app import MIGRATE_ARGS
+from harness.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 POOL = "4"  # small: the suite checks answers, not throughput
@@ -97,7 +97,7 @@ def database(shared_database_url: str) -> str:
 @pytest.fixture(scope="module", params=list(COMMANDS))
 def server(request: pytest.FixtureRequest, database: str) -> Iterator[Server]:
     name: str = request.param
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, *(part.replace("{port}", str(port)) for part in COMMANDS[name])]
     env = {**os.environ, "DATABASE_URL": database, "DATABASE_POOL_MIN": POOL, "DATABASE_POOL_MAX": POOL}
     with tempfile.TemporaryFile() as log:
@@ -108,12 +108,6 @@ def server(request: pytest.FixtureRequest, database: str) -> Iterator[Server]:
             yield running
         finally:
             _stop(running)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_until_serving(server: Server, timeout: float = 30.0) -> None:

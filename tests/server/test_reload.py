@@ -10,9 +10,9 @@ import signal
 
 import pytest
 
-from load import steady
-from load.procs import AiorestProcess
-from load.prod_restarts import sighups_under_load
+from harness import steady
+from harness.processes import AiorestProcess
+from harness.restarts import sighups_under_load
 
 APP = """
 import asyncio

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from load.procs import AiorestProcess
+from harness.processes import AiorestProcess
 from tests.server.test_workers import SLOW_APP
 
 # What systemd does before it runs the service: the socket as fd 3, LISTEN_FDS and, once the

@@ -15,15 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from load.procs import AiorestProcess
+from harness.ports import free_port
+from harness.processes import AiorestProcess
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def get_pid(port: int) -> int:

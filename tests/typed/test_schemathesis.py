@@ -26,7 +26,8 @@ from typing import Any
 
 import pytest
 
-from tests.server.test_conformance import COMMANDS, ROOT, Server, _free_port, _stop, _wait_until_serving
+from harness.ports import free_port
+from tests.server.test_conformance import COMMANDS, ROOT, Server, _stop, _wait_until_serving
 
 schemathesis = pytest.importorskip("schemathesis")
 hypothesis = pytest.importorskip("hypothesis")
@@ -44,7 +45,7 @@ MUST_TRY: dict[str, list[dict[str, Any]]] = {
 
 @pytest.fixture
 def example_app(shared_database_url: str) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, *(part.replace("{port}", str(port)) for part in COMMANDS["aiorest"])]
     env = {**os.environ, "DATABASE_URL": shared_database_url, "DATABASE_POOL_MIN": "2", "DATABASE_POOL_MAX": "4"}
     with tempfile.TemporaryFile() as log:

@@ -1,6 +1,7 @@
 """User flows against the example service's API (aiorest or a threaded baseline).
 
-    locust -f load/locustfile.py --headless -u 100 -r 50 -t 30s --host http://127.0.0.1:8080 BrowsingUser WritingUser
+    locust -f load/clients/locustfile.py --headless -u 100 -r 50 -t 30s --host http://127.0.0.1:8080 \
+        BrowsingUser WritingUser
 
 Every answer is checked (status and body fields): a wrong answer counts as a
 failure, not only a refused connection. Test data is created by the run and

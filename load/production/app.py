@@ -1,4 +1,4 @@
-"""The app the production bar script (load/production.py) serves: fast, slow and who-answered routes."""
+"""The app the production bar script (load/production/run.py) serves: fast, slow and who-answered routes."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Hosts on one machine: network namespaces joined by a bridge, each with its own address.
 
-For the cluster harness (``load/cluster.py``) and its test. Root only; needs ``ip``
+For the cluster of ``python -m load cluster`` (load/cluster/) and its test. Root only; needs ``ip``
 (iproute2). Every name the harness makes starts with ``PREFIX``: the bridge
 (``aiorc0``), the namespaces (``aiorc-<host>``) and the root ends of their veth
 pairs (``aiorc-<host>`` too), so that :func:`clean_leftovers` finds what a run that

@@ -1,4 +1,4 @@
-"""A real nginx in front of real aiorest processes, on loopback, for tests and the bar script.
+"""A real nginx in front of real aiorest processes, on loopback, for tests and load scenarios.
 
 ``Nginx`` runs the shipped configuration itself — ``deploy/nginx.conf`` verbatim,
 ``deploy/nginx/aiorest.conf`` with its placeholders filled in — in a private
@@ -10,7 +10,7 @@ a foreground process listening on 127.0.0.1 only::
         ...                      # http://127.0.0.1:{port}/...
     # stopped (SIGQUIT, then SIGKILL of the master and its workers), prefix removed
 
-The aiorest processes behind it are ``load.procs.AiorestProcess``.
+The aiorest processes behind it are ``harness.processes.AiorestProcess``.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from bench.process import free_port
-from load.procs import stop_process
+from harness.ports import free_port
+from harness.processes import descendants, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -60,29 +60,10 @@ def _wait_until(
         time.sleep(0.05)
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every live process whose parent chain leads to ``pid`` (read from /proc)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = [], [pid]
-    while frontier:
-        parent = frontier.pop()
-        children = [child for child, ppid in parents.items() if ppid == parent]
-        found += children
-        frontier += children
-    return found
-
-
 def _stop(process: subprocess.Popen[bytes], sig: int, timeout: float) -> None:
     """Send ``sig``; after ``timeout`` s SIGKILL the process and whatever it started."""
     if process.poll() is None:
-        children = _descendants(process.pid)
+        children = descendants(process.pid)
         stop_process(process, timeout, sig)
         for child in children:
             try:
@@ -111,7 +92,7 @@ class Nginx:
     The prefix (``.prefix``) is world-traversable, because nginx's workers run
     as ``nobody`` when the tests run as root: put unix sockets for the
     upstreams in :meth:`socket_path`. ``wrap`` goes before nginx's command
-    (``ip netns exec NS``: the load balancer of load/cluster.py).
+    (``ip netns exec NS``: the load balancer of load/cluster/).
     """
 
     def __init__(self, binary: str = NGINX_BINARY, *, host: str = "127.0.0.1", wrap: Sequence[str] = ()) -> None:
@@ -180,7 +161,7 @@ class Nginx:
 
     def worker_pids(self) -> list[int]:
         """The pids of nginx's worker processes."""
-        return _descendants(self.process.pid) if self.process is not None and self.process.poll() is None else []
+        return descendants(self.process.pid) if self.process is not None and self.process.poll() is None else []
 
     def error_log(self) -> str:
         """What nginx wrote to stderr and to its error log."""

@@ -1,6 +1,6 @@
-"""The cluster's hosts and what runs on them, for ``python -m load.cluster`` and tests/test_cluster.py.
+"""The cluster's hosts and what runs on them, for ``python -m load cluster`` and tests/test_cluster.py.
 
-A :class:`Cluster` is a :class:`load.netns.Network` with, each host a namespace:
+A :class:`Cluster` is a :class:`harness.netns.Network` with, each host a namespace:
 
 ======== =========== ==========================================================
 host     address     runs
@@ -9,7 +9,7 @@ lb       .10         nginx with deploy/nginx.conf, upstreams = the app hosts
 app1..N  .11 ...     ``aiorest run example_app.app:app --workers W --metrics``
 db       .20         its own PostgreSQL (:5432) and PgBouncer (:6432, transaction mode)
 redis    .21         its own redis-server (:6379)
-load1..2 .30, .31    the load generators (started by load/cluster.py)
+load1..2 .30, .31    the load generators (started by load/cluster/run.py)
 ======== =========== ==========================================================
 
 The app hosts reach PostgreSQL through PgBouncer only, each with a pool of
@@ -43,12 +43,12 @@ from typing import Any
 import psycopg2
 
 from example_app.app import MIGRATE_ARGS
-from load.netns import Network
-from load.nginx import Nginx, probe
-from load.procs import AiorestProcess, stop_process
-from load.prod_pooler import PGBOUNCER
+from harness.netns import Network
+from harness.nginx import Nginx, probe
+from harness.pgbouncer import PGBOUNCER
+from harness.processes import AiorestProcess, stop_process
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 APP = "example_app.app:app"
 APP_PORT = 8080
 PG_PORT = 5432

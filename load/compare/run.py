@@ -19,15 +19,15 @@ from pathlib import Path
 
 import psycopg2
 
-from bench.process import postgres_pinned
 from bench.stats import median, paired_ratio, summarise
 from example_app.app import MIGRATE_ARGS
+from harness.postgres import migrate, postgres_pinned
+from load.clients.generators import FLOWS, GeneratorError, LoadResult, run_locust, run_wrk_mix, wrk_headers, wrk_paths
 
-from .generators import FLOWS, GeneratorError, LoadResult, run_locust, run_wrk_mix, wrk_headers, wrk_paths
 from .plots import LOCUST_RESOLUTION_MS, latency, plot
 from .targets import TARGETS, RunningServer, ServerError
 
-OUT = Path(__file__).resolve().parent / "out"
+OUT = Path(__file__).resolve().parents[1] / "out"
 
 
 #: ``--quick``: a look at the whole output in about half a minute (three rounds: the fewest whose CIs say something).
@@ -35,7 +35,11 @@ QUICK = {"users": "10", "duration": 2, "warmup": 1, "rounds": 3, "pool": 4}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m load compare", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m load compare",
+        description=__doc__.splitlines()[0],
+        epilog="Figures again from a run's summary: python -m load compare plots load/out/<time>/summary.json.",
+    )
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -69,7 +73,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def check_database(dsn: str | None) -> str:
     import os
-    import subprocess
 
     dsn = dsn or os.environ.get("DATABASE_URL")
     if not dsn:
@@ -81,16 +84,10 @@ def check_database(dsn: str | None) -> str:
         psycopg2.connect(dsn, connect_timeout=5).close()
     except psycopg2.Error as exc:
         raise SystemExit(f"cannot reach the database at {dsn}: {exc}") from None
-    root = Path(__file__).resolve().parent.parent
-    migrate = subprocess.run(
-        # aiorest's sessions table first: the notes API logs users in (the baselines use it too)
-        [sys.executable, "-m", "aiorest", "migrate", *MIGRATE_ARGS, "--dsn", dsn],
-        cwd=root,
-        capture_output=True,
-        text=True,
-    )
-    if migrate.returncode != 0:
-        raise SystemExit(f"cannot migrate the database: {migrate.stderr.strip()}")
+    try:  # aiorest's sessions table first: the notes API logs users in (the baselines use it too)
+        migrate(dsn, *MIGRATE_ARGS)
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from None
     return dsn
 
 

@@ -1,8 +1,8 @@
-"""The load suite's user flows for the cluster (load/cluster.py), with a line per request.
+"""The load suite's user flows for the cluster (load/cluster/run.py), with a line per request.
 
-    locust -f load/cluster_locust.py --request-log DIR ... BrowsingUser ClusterWritingUser TechEmpowerUser LoginUser
+    locust -f load/cluster/locustfile.py --request-log DIR ... BrowsingUser ClusterWritingUser TechEmpowerUser LoginUser
 
-The flows are load/locustfile.py's (browsing, writing, the TechEmpower mix), plus:
+The flows are load/clients/locustfile.py's (browsing, writing, the TechEmpower mix), plus:
 
 - ``LoginUser``: registers an account of its own, then every 15 s logs in
   (``POST /login``), reads ``/me`` and logs out: ``--login-users`` of them in all
@@ -29,7 +29,7 @@ from typing import Any
 
 from locust import FastHttpUser, constant, events, task
 
-from load.locustfile import BrowsingUser, TechEmpowerUser, WritingUser, _fail_unless, idempotent
+from load.clients.locustfile import BrowsingUser, TechEmpowerUser, WritingUser, _fail_unless, idempotent
 
 __all__ = ["BrowsingUser", "ClusterWritingUser", "LoginUser", "TechEmpowerUser"]
 

@@ -15,8 +15,8 @@ from collections import Counter
 from http.cookies import SimpleCookie
 from typing import Any
 
-from load.cluster_faults import Outcome
-from load.cluster_hosts import APP_PORT, Cluster
+from load.cluster.faults import Outcome
+from load.cluster.hosts import APP_PORT, Cluster
 
 STORES = ("postgres", "redis")
 

@@ -12,9 +12,9 @@ A latency is printed with three significant figures, in µs below 1 ms:
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
-import sys
 import textwrap
 from pathlib import Path
 
@@ -140,17 +140,11 @@ def plot(summary: dict, out: Path, tool: str) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m load.plots SUMMARY.json…``: draws a comparison's figures again, beside its summary."""
-    if not argv:
-        print("usage: python -m load.plots load/out/<time>/summary.json …", file=sys.stderr)
-        return 2
-    for name in argv:
-        path = Path(name)
+    """``python -m load compare plots SUMMARY.json…``: draws a comparison's figures again, beside its summary."""
+    parser = argparse.ArgumentParser(prog="python -m load compare plots", description=main.__doc__)
+    parser.add_argument("summaries", nargs="+", type=Path, metavar="SUMMARY", help="load/out/<time>/summary.json")
+    for path in parser.parse_args(argv).summaries:
         summary = json.loads(path.read_text())
         written = plot(summary, path.parent, summary.get("tool", "locust"))
         print(f"{path.parent}: {' '.join(written) or 'nothing (matplotlib is not installed)'}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

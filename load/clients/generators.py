@@ -29,7 +29,7 @@ class GeneratorError(RuntimeError):
     """The load generator failed or did not finish: the run measured nothing."""
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 FLOWS = {"tfb": ["TechEmpowerUser"], "notes": ["BrowsingUser", "WritingUser"], "all": []}
 TFB_PATHS = ["/json", "/db", "/queries?queries={n}", "/fortunes", "/updates?queries={n}"]

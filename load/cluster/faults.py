@@ -1,6 +1,6 @@
 """Faults under load on the cluster (issue 30, point 5), each with its verdict and figures.
 
-Each scenario runs distributed locust through the balancer (load/cluster_runs.py),
+Each scenario runs distributed locust through the balancer (load/cluster/locust_runs.py),
 lets it run steady for a third of ``duration``, does its fault, and keeps the load
 on for another third: the requests logged before, during and after are counted
 apart (failures by kind, p50, p99). A verdict is PASS, FAIL or SKIP, with its reason.
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from load.cluster_hosts import ROOT, Cluster
-from load.cluster_runs import IDEMPOTENT, LocustRun, timeline, windows
+from load.cluster.hosts import ROOT, Cluster
+from load.cluster.locust_runs import IDEMPOTENT, LocustRun, timeline, windows
 
 OK_STATUSES = {200, 201, 204}
 

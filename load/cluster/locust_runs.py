@@ -1,7 +1,7 @@
 """Load on the cluster: distributed locust on the load hosts, wrk beside it, and what they saw.
 
 :class:`LocustRun` starts a locust master on ``load1`` and a worker on each load
-host (load/cluster_locust.py, every request logged); :func:`windows` splits those
+host (load/cluster/locustfile.py, every request logged); :func:`windows` splits those
 logs into before, during and after a fault; :func:`run_wrk` runs wrk on a load host.
 Every run is bounded: locust gets ``-t`` and is killed 60 s past it, wrk gets ``-d``.
 """
@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.wrk import WrkResult, parse, require_wrk
-from load.cluster_hosts import ROOT, Cluster
-from load.generators import LoadResult, _summarise_locust
-from load.procs import stop_process
+from harness.processes import stop_process
+from load.clients.generators import LoadResult, _summarise_locust
+from load.cluster.hosts import ROOT, Cluster
 
-LOCUSTFILE = Path(__file__).resolve().parent / "cluster_locust.py"
+LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 USERS = ["BrowsingUser", "ClusterWritingUser", "TechEmpowerUser", "LoginUser"]
 BOOKKEEPING = {"setup", "seed", "cleanup"}
 IDEMPOTENT = {"GET", "HEAD", "PUT", "DELETE", "OPTIONS"}  # what nginx passes to the next upstream
-RETRIED_PREFIX = "(retried) "  # load/locustfile.py's name of an attempt that it sent again
+RETRIED_PREFIX = "(retried) "  # load/clients/locustfile.py's name of an attempt that it sent again
 GRACE_S = 60.0
 
 

@@ -1,4 +1,4 @@
-"""The production bar of issue 19, reproduced and printed: ``python -m load.production``.
+"""The production bar of issue 19, reproduced and printed: ``python -m load production``.
 
 Each part starts real processes (aiorest parents with their workers, nginx,
 PgBouncer, PostgreSQL's backends), on loopback only, bounded in time, and stops
@@ -6,17 +6,17 @@ them all:
 
 ``failover``   steady load through nginx to two aiorest upstreams of two workers
                each: (a) two SIGHUPs to one upstream, (b) SIGKILL of the other
-               upstream's parent; every failed request is counted (load/steady.py
+               upstream's parent; every failed request is counted (harness/steady.py
                never retries)
 ``sigterm``    (c) slow requests in flight on a two-worker aiorest, then SIGTERM:
                every request answered, exit within the grace period
-``admission``  (d) max_concurrency under a 10x overload (load/prod_admission.py)
+``admission``  (d) max_concurrency under a 10x overload (load/production/admission.py)
 ``pool``       (e) the example app with 4 workers against max_connections = 100,
                under ``wrk -t2 -c512 -d10s /queries?queries=5``
 ``costs``      (f) the access log and the metrics on /json, against both off,
                interleaved wrk rounds, each server's CPU per request
 ``pooler``     (f) /db through PgBouncer transaction mode against a direct
-               connection (load/prod_pooler.py; its own PostgreSQL unless --dsn)
+               connection (load/production/pooler.py; its own PostgreSQL unless --dsn)
 
 The figures go to stdout and to ``load/results/production/<time>.json``, with
 plots (the failover timeline, the costs) beside it. About 4 minutes in all.
@@ -39,14 +39,15 @@ from typing import Any
 
 from bench.stats import Summary, bar_chart, paired_ratio, summarise
 from bench.wrk import parse, require_wrk
-from load.nginx import Nginx
-from load.procs import AiorestProcess
-from load.prod_restarts import sigterm_in_flight
-from load.steady import run as steady_run
+from harness.nginx import Nginx
+from harness.postgres import migrate
+from harness.processes import AiorestProcess, children_of
+from harness.restarts import sigterm_in_flight
+from harness.steady import run as steady_run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "load" / "results" / "production"
-APP = "load.prodapp:app"
+APP = "load.production.app:app"
 PARTS = ("failover", "sigterm", "admission", "pool", "costs", "pooler")
 
 
@@ -196,7 +197,7 @@ COST_VARIANTS: dict[str, list[str]] = {
 
 
 def _children(pid: int) -> list[int]:
-    return sorted(AiorestProcess.children_of(pid))
+    return sorted(children_of(pid))
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -305,7 +306,11 @@ def _plots(results: dict[str, Any], stem: Path) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m load.production", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m load production",
+        description=__doc__.split("\n\n")[0],
+        epilog="One part with options of its own: python -m load production admission|pooler|restarts --help.",
+    )
     parser.add_argument(
         "--only", default=",".join(PARTS), help=f"parts to run, comma-separated (default {','.join(PARTS)})"
     )
@@ -325,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif part == "sigterm":
             results[part] = sigterm()
         elif part == "admission":
-            from load.prod_admission import measure
+            from load.production.admission import measure
 
             results[part] = measure()
         elif part == "pool":
@@ -333,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif part == "costs":
             results[part] = costs()
         elif part == "pooler":
-            from load.prod_pooler import measure as measure_pooler
+            from load.production.pooler import measure as measure_pooler
 
             results[part] = measure_pooler(duration=5, rounds=3, dsn=args.dsn)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -369,12 +374,10 @@ def _database(dsn: str | None) -> str:
                 cur.execute("CREATE DATABASE aiorest_production")
         admin.close()
         dsn = "postgresql://postgres@127.0.0.1:5432/aiorest_production?sslmode=disable"
-    migrate = subprocess.run(
-        [sys.executable, "-m", "aiorest", "migrate", "--dir", "migrations", "--dsn", dsn],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    if migrate.returncode != 0:
-        raise SystemExit(f"cannot migrate {dsn}: {migrate.stderr.strip()}")
+    try:
+        migrate(dsn)
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from None
     return dsn
 
 
@@ -432,7 +435,3 @@ def _verdicts(results: dict[str, Any]) -> list[str]:
             f"direct not prepared / prepared: {p['unprepared_vs_prepared']}; errors {p['errors']}"
         )
     return lines
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -9,7 +9,7 @@ before the answer, timed out), and so is any 5xx. A response that says
 ``Connection: close`` is not a failure: the next request opens a new connection,
 as every HTTP client does.
 
-    python -m load.steady http://127.0.0.1:8080/json --rate 400 --duration 30
+    python -m load steady http://127.0.0.1:8080/json --rate 400 --duration 30
 
 Bounded: ``connections`` sockets, one request in flight on each, ``duration``
 seconds, a ``timeout`` per request, and a response body of at most 1 MiB.
@@ -244,7 +244,7 @@ async def _report(result: SteadyResult, start: float, deadline: float) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m load.steady", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m load steady", description=__doc__.split("\n\n")[0])
     parser.add_argument("url")
     parser.add_argument("--rate", type=float, default=400.0, help="requests a second (default 400)")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds (default 30)")
@@ -263,7 +263,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(json.dumps(result.summary(), indent=2))
     return 1 if result.failed else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.process import ServerError, ServerProcess
+from harness.processes import ServerError, ServerProcess
 
 __all__ = ["TARGETS", "Target", "RunningServer", "ServerError"]
 

@@ -1,20 +1,20 @@
-"""``python -m load.cluster``: aiorest as a cluster of hosts on this machine, loaded, faulted, measured.
+"""``python -m load cluster``: aiorest as a cluster of hosts on this machine, loaded, faulted, measured.
 
-Builds hosts out of network namespaces (load/cluster_hosts.py: a balancer, app
+Builds hosts out of network namespaces (load/cluster/hosts.py: a balancer, app
 hosts, PostgreSQL behind PgBouncer, Redis, two load hosts), runs the scenarios,
 prints a PASS/FAIL/SKIP line with figures for each, writes everything under
 ``load/results/cluster/<time>/`` and tears every host down, also on Ctrl-C,
 SIGTERM or an error (and removes what a crashed run left, first). Root only.
 
-    python -m load.cluster                                  # 3 app hosts, every scenario
-    python -m load.cluster --app-hosts 2 --duration 10      # a small run
-    python -m load.cluster --scenarios load,rolling --rounds 3
+    python -m load cluster                                  # 3 app hosts, every scenario
+    python -m load cluster --app-hosts 2 --duration 10      # a small run
+    python -m load cluster --scenarios load,rolling --rounds 3
 
 Scenarios: ``load`` (distributed locust with wrk beside it, ``--rounds`` rounds,
 the compare tool's summary and plots), ``rolling``, ``kill``, ``cut``,
 ``pgbouncer``, ``redis`` (point 5 of issue 30), ``sessions`` (point 4: a login through
 the balancer valid on every app host, a logout seen by all, with the sessions in
-PostgreSQL and then in Redis; load/cluster_sessions.py) and ``costs`` (what the nginx and
+PostgreSQL and then in Redis; load/cluster/sessions.py) and ``costs`` (what the nginx and
 PgBouncer hops, and the shared limiter's round trip, cost per request).
 ``--rate-limit-store redis|postgres`` gives the app hosts ``RATE_LIMIT_STORE``
 (the shared login limiter, where the example app has it).
@@ -39,15 +39,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from load import cluster_faults as faults
-from load import cluster_sessions
-from load.cluster_hosts import APP_PORT, Cluster, ClusterConfig, missing_tools
-from load.cluster_runs import LocustRun, run_wrk
-from load.netns import unavailable_reason
-from load.plots import LOCUST_RESOLUTION_MS, latency
-from load.procs import AiorestProcess
+from harness.netns import unavailable_reason
+from harness.processes import AiorestProcess
+from load.cluster import faults
+from load.cluster import sessions as cluster_sessions
+from load.cluster.hosts import APP_PORT, Cluster, ClusterConfig, missing_tools
+from load.cluster.locust_runs import LocustRun, run_wrk
+from load.compare.plots import LOCUST_RESOLUTION_MS, latency
 
-OUT = Path(__file__).resolve().parent / "results" / "cluster"
+OUT = Path(__file__).resolve().parents[1] / "results" / "cluster"
 SCENARIOS = ("load", "rolling", "kill", "cut", "pgbouncer", "redis", "sessions", "costs")
 
 
@@ -56,7 +56,7 @@ def say(text: str) -> None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m load.cluster", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m load cluster", description=__doc__.splitlines()[0])
     parser.add_argument("--app-hosts", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2, help="aiorest workers per app host")
     parser.add_argument("--duration", type=float, default=30, help="seconds of load per scenario (default 30)")
@@ -78,7 +78,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def load_scenario(cluster: Cluster, args: argparse.Namespace, out: Path) -> faults.Outcome:
-    from load import compare
+    from load.compare import run as compare
 
     raw: list[dict[str, Any]] = []
     hosts: dict[str, list[float]] = {name: [] for name in cluster.app_names}
@@ -124,7 +124,7 @@ def load_scenario(cluster: Cluster, args: argparse.Namespace, out: Path) -> faul
             f"wrk /json {wrk_rps[-1] if wrk_rps else float('nan'):,.0f} req/s")  # fmt: skip
     (out / "load_raw.json").write_text(json.dumps(raw, indent=1))
     summary = compare.summarise_runs(raw, ["cluster"], [args.users])
-    table = compare.markdown(summary, "python -m load.cluster --scenarios load", "locust")
+    table = compare.markdown(summary, "python -m load cluster --scenarios load", "locust")
     per_host = ", ".join(f"{name} {statistics.mean(v):,.0f}" for name, v in hosts.items() if v)
     table += f"\n\nRequests per app host per round (from each host's /metrics): {per_host}\n"
     table += f"wrk /json beside locust: {', '.join(f'{r:,.0f}' for r in wrk_rps)} req/s\n"
@@ -410,7 +410,3 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     return run(parse_args(sys.argv[1:] if argv is None else argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,28 +1,25 @@
 """Restarts under load, as figures: SIGHUP reloads and a SIGTERM with requests in flight.
 
-For a bar script (and by hand) against an ``aiorest run --workers N`` started
-with :class:`load.procs.AiorestProcess`::
+For the reload tests and the production scenarios, against an ``aiorest run --workers N``
+started with :class:`harness.processes.AiorestProcess`::
 
     with AiorestProcess("myapp:app", "--workers", "2") as upstream:
         result = asyncio.run(sighups_under_load(upstream, upstream.url + "/json", sighups=2))
         print(result.failed)                       # 0: no request lost
 
-    python -m load.prod_restarts tests.apps.pid_app:app /pid --workers 2
+By hand: ``python -m load production restarts tests.apps.pid_app:app /pid --workers 2``.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import signal
 import socket
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from load import steady
-from load.procs import AiorestProcess
+from harness import steady
+from harness.processes import AiorestProcess
 
 __all__ = ["sighups_under_load", "sigterm_in_flight", "SigtermResult"]
 
@@ -97,26 +94,3 @@ def sigterm_in_flight(process: AiorestProcess, slow_path: str, *, count: int = 1
     assert process.process is not None
     code = process.process.wait(120)
     return SigtermResult(count, answered, code, time.monotonic() - began)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m load.prod_restarts", description=__doc__.split("\n\n")[0])
-    parser.add_argument("app", help="MODULE:APP")
-    parser.add_argument("path", help="the path to load, e.g. /json")
-    parser.add_argument("--workers", default="2")
-    parser.add_argument("--sighups", type=int, default=2)
-    parser.add_argument("--rate", type=float, default=400.0)
-    parser.add_argument("--duration", type=float, default=10.0)
-    args = parser.parse_args(argv)
-    with AiorestProcess(args.app, "--workers", args.workers, ready_path=args.path) as upstream:
-        result = asyncio.run(
-            sighups_under_load(
-                upstream, upstream.url + args.path, sighups=args.sighups, rate=args.rate, duration=args.duration
-            )
-        )
-    print(json.dumps(result.summary(), indent=2))
-    return 1 if result.failed else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

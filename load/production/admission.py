@@ -1,6 +1,6 @@
 """Admission control under a 10x overload: only 200s and 503s, and the 200s as fast as unloaded.
 
-    python load/prod_admission.py [--seconds 4] [--max-concurrency 16] [--work 0.01]
+    python -m load production admission [--seconds 4] [--max-concurrency 16] [--work 0.01]
 
 One aiorest worker serves ``GET /work`` (``await asyncio.sleep(work)``: a handler
 waiting on I/O, the kind admission control is for) with ``max_concurrency``
@@ -30,10 +30,11 @@ import sys
 import time
 from typing import Any
 
-from bench.process import free_port
+from harness.ports import free_port
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_ROOT = os.path.dirname(_HERE)
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The server and the client are child processes of their own (this module, run with --serve or --client).
+_CHILD = [sys.executable, "-m", "load.production.admission"]
 _REQUEST = b"GET /work HTTP/1.1\r\nHost: load\r\n\r\n"
 
 
@@ -173,7 +174,7 @@ def _client(port: int, connections: int, seconds: float, interval: float) -> Non
 
 
 def _run_client(port: int, connections: int, seconds: float, interval: float = 0.0) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--client", str(port), str(connections), str(seconds), str(interval)]
+    command = [*_CHILD, "--client", str(port), str(connections), str(seconds), str(interval)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 30, env=_env(), check=True)
     return dict(json.loads(done.stdout))
 
@@ -204,7 +205,7 @@ def measure(
     ``max_queue`` and ``queue_timeout``: None for the server's defaults.
     """
     port = free_port()
-    command = [sys.executable, __file__, "--serve", str(port), str(max_concurrency), str(work)]
+    command = [*_CHILD, "--serve", str(port), str(max_concurrency), str(work)]
     command += [json.dumps(max_queue), json.dumps(queue_timeout)]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=_env())
     try:
@@ -253,7 +254,7 @@ def measure(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m load production admission", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="each phase's duration (default 4)")
     parser.add_argument("--max-concurrency", type=int, default=16)
     parser.add_argument("--work", type=float, default=0.01, help="the handler's sleep in seconds (default 0.01)")

@@ -1,7 +1,7 @@
-"""``aiorest run`` as a subprocess: start it, wait until it serves, signal it, stop it.
+"""Servers as subprocesses: start one, wait until it serves, signal it, stop it.
 
-For the tests and load scripts that need real aiorest processes (reloads,
-drains, upstreams behind nginx)::
+``AiorestProcess`` is ``aiorest run``, for the tests and load scenarios that need
+real aiorest processes (reloads, drains, upstreams behind nginx)::
 
     with AiorestProcess("myapp:app", "--workers", "2", cwd=app_dir) as upstream:
         ... upstream.url ...                 # http://127.0.0.1:<free port>
@@ -12,6 +12,9 @@ drains, upstreams behind nginx)::
 Its output goes to a log file (``log_path``, or one in a temporary folder
 removed with the object, at the latest at exit); ``log()`` reads it. The process runs in a new session of its own, so a
 terminal's signals do not reach it, and ``stop()`` or ``kill()`` end it by pid.
+
+``ServerProcess`` is any server command (aiorest, a baseline, a peer framework),
+pinned to a CPU, for measurements: ``bench/`` and ``python -m load compare``.
 """
 
 from __future__ import annotations
@@ -24,17 +27,18 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from bench.process import free_port
+from harness.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
-__all__ = ["AiorestProcess", "free_port", "http_get", "stop_process"]
+__all__ = ["AiorestProcess", "ServerError", "ServerProcess", "children_of", "descendants", "http_get", "stop_process"]
 
 
 def stop_process(process: subprocess.Popen[Any], timeout: float, sig: int = signal.SIGTERM) -> int:
@@ -46,6 +50,38 @@ def stop_process(process: subprocess.Popen[Any], timeout: float, sig: int = sign
     except subprocess.TimeoutExpired:
         process.kill()
         return process.wait()
+
+
+def _parents() -> dict[int, int]:
+    """Every live process's parent, zombies excepted, read from /proc."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            parents[int(entry.name)] = int(fields[1])
+    return parents
+
+
+def children_of(pid: int) -> set[int]:
+    """The pids of the processes whose parent is ``pid``, zombies excepted."""
+    return {child for child, parent in _parents().items() if parent == pid}
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process whose parent chain leads to ``pid``."""
+    parents = _parents()
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, ppid in parents.items() if ppid == parent]
+        found += children
+        frontier += children
+    return found
 
 
 def http_get(
@@ -117,7 +153,7 @@ class AiorestProcess:
 
     @property
     def url(self) -> str:
-        """``http://HOST:<port>``, or ``http+unix://<percent-encoded path>`` (load.steady's form)."""
+        """``http://HOST:<port>``, or ``http+unix://<percent-encoded path>`` (harness.steady's form)."""
         if self.unix:
             from urllib.parse import quote
 
@@ -196,22 +232,7 @@ class AiorestProcess:
 
     def worker_pids(self) -> set[int]:
         """The pids of the processes whose parent is this one (its workers), zombies excepted."""
-        return self.children_of(self.pid)
-
-    @staticmethod
-    def children_of(pid: int) -> set[int]:
-        """The pids of the processes whose parent is ``pid``, zombies excepted."""
-        children = set()
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z" and int(fields[1]) == pid:
-                children.add(int(entry.name))
-        return children
+        return children_of(self.pid)
 
     def log(self) -> str:
         try:
@@ -256,3 +277,50 @@ class AiorestProcess:
                 self.stop(timeout=15)
             except subprocess.TimeoutExpired:
                 pass
+
+
+class ServerError(RuntimeError):
+    """A server did not start, or died."""
+
+
+class ServerProcess:
+    """``command`` with ``{port}`` filled in, pinned to ``cpu``; ``stop`` releases everything."""
+
+    def __init__(
+        self, name: str, command: list[str], env: dict[str, str], cpu: int | None = 0, cwd: Path = ROOT
+    ) -> None:
+        self.name = name
+        self.port = free_port()
+        command = [part.replace("{port}", str(self.port)) for part in command]
+        if cpu is not None and shutil.which("taskset"):
+            command = ["taskset", "-c", str(cpu), *command]
+        self._log = tempfile.TemporaryFile(mode="w+")
+        self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        self._log.seek(0)
+        return self._log.read()[-4000:]
+
+    def wait_ready(self, path: str, timeout: float = 60.0) -> None:
+        """Poll ``path`` until it answers 200; ServerError if the process dies or time runs out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServerError(f"{self.name} exited with {self.process.returncode}:\n{self.output()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}{path}", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise ServerError(f"{self.name} did not answer {path} within {timeout:.0f} s:\n{self.output()}")
+
+    def stop(self) -> None:
+        """SIGTERM (a graceful stop), then SIGKILL after 20 s."""
+        stop_process(self.process, 20)
+        self._log.close()

@@ -1,0 +1,1 @@
+"""``python -m load compare``: aiorest against the threaded baselines; the targets, the run, the figures."""

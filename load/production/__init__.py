@@ -1,0 +1,1 @@
+"""``python -m load production``: the production bar (failover, drains, admission, the pool, costs, PgBouncer)."""
