@@ -17,7 +17,7 @@ from aiorest import App, Request, Server
 from aiorest.http.forwarded import MAX_HOPS, TrustedProxies, parse_forwarded, resolve_forwarded, valid_host
 from bench.inprocess import FORWARDED_CASES, FORWARDED_PROXIES
 from tests.cli.test_cli import free_port, python, running, stop, wait_until_accepting
-from tests.wire import fetch, get, read_response
+from tests.rawclient import fetch, get, read_response
 
 
 def echo_app() -> App:

@@ -24,7 +24,7 @@ from aiorest.ops.accesslog import AccessLog
 from aiorest.server.state import ServerState
 from aiorest.server.writing import short_answer
 from tests.cli.test_cli import free_port, python, running, wait_until_accepting
-from tests.wire import fetch, get, read_response
+from tests.rawclient import fetch, get, read_response
 
 MADE = re.compile(r"[0-9a-f]{12}-[0-9a-f]+")
 handler_log = logging.getLogger("tests.accesslog.handler")

@@ -17,12 +17,12 @@ RUN = textwrap.dedent("""
     from pathlib import Path
     from load.procs import AiorestProcess
 
-    with AiorestProcess("examples.hello:app") as server:
+    with AiorestProcess("tests.apps.hello_app:app") as server:
         assert server.get("/")[0] in (200, 404)
         folder = server.log_path.parent
         assert folder.name.startswith("aiorest-proc-") and folder.is_dir()
     assert "aiorest serving on" in server.log()  # still readable once stopped
-    kept = AiorestProcess("examples.hello:app")  # never started, still alive at exit
+    kept = AiorestProcess("tests.apps.hello_app:app")  # never started, still alive at exit
     del server
     gc.collect()
     print(json.dumps([path.name for path in Path(folder.parent).glob("aiorest-proc-*")]))

@@ -25,7 +25,7 @@ import pytest
 import aiorest
 from aiorest.testing import TestClient
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 EXAMPLES = DOCS / "examples"
 
@@ -722,7 +722,7 @@ async def test_readme_typed_example_validates_and_serves_its_document(aiorest_cl
 # -- install commands -------------------------------------------------------------------------
 
 #: Where install commands are written: the pages, the scripts, and aiorest's own error messages.
-INSTALL_SOURCES = ("README.md", "docs", "examples", "deploy", "load", "bench", "aiorest", "example_app", ".ci")
+INSTALL_SOURCES = ("README.md", "docs", "deploy", "load", "bench", "aiorest", "example_app", ".ci")
 TEXT_SUFFIXES = {".md", ".rst", ".inc", ".py", ".txt", ".toml", ".sh", ".conf", ".service", ".socket", ""}
 #: The index project named bare: ``aiorest``, ``aiorest[typed]``, ``aiorest==0.4``; a path ending so is ours.
 INDEX_PROJECT = re.compile(r"aiorest(\[[^\]]*\])?([<>=!~]=?\S*)?")

@@ -29,7 +29,7 @@ from example_app.app import MIGRATE_ARGS
 from load.procs import stop_process
 from load.prod_pooler import database_name, run_pgbouncer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(
     shutil.which("pgbouncer") is None and not os.path.exists("/usr/sbin/pgbouncer"),
     reason="pgbouncer is not installed (.ci/run installs it)",

@@ -2,7 +2,7 @@
 
 Read from the pages' code blocks (Markdown's ```sh fences, reStructuredText's
 ``code-block:: sh``/``console`` and literal ``::`` blocks), so that
-tests/test_docs_commands.py runs what a reader copies, and a page edited breaks
+tests/docs/test_docs_commands.py runs what a reader copies, and a page edited breaks
 its test. A command is one line (continuation lines joined); in a ``console``
 block, the lines after a ``$ `` prompt are its sample output.
 """
@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = (
     "README.md",
     "deploy/README.md",

@@ -25,7 +25,7 @@ from aiorest.testing import AiorestTestServer, TestClient
 
 pytest_plugins = ["pytester"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
 #: pytester's inner runs: the settings of aiorest's own suite; only the plugins they need.
 INI = """

@@ -21,7 +21,7 @@ import pytest
 
 from tests.nginx import aiorest_process, nginx  # noqa: F401  (fixtures)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "docs" / "tutorial"
 
 

@@ -25,7 +25,7 @@ import pytest
 # hangs). These tests run locust in subprocesses only.
 if importlib.util.find_spec("locust") is None:
     pytest.skip("locust is not installed (pip install -e '.[load]')", allow_module_level=True)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def leftovers(dsn: str) -> tuple[int, int, int]:

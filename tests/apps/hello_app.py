@@ -1,4 +1,4 @@
-"""The smallest aiorest service: ``python -m aiorest run examples.hello:app``."""
+"""The smallest aiorest service, for the CLI and process tests: ``aiorest run tests.apps.hello_app:app``."""
 
 from aiorest import App, HTTPNotFound, Request, Response
 

@@ -1,6 +1,6 @@
 """Each shell command of README.md, deploy/README.md, the quickstart and the deployment pages works as written.
 
-The commands are read from the pages (tests/docs_commands.py), so a page edited
+The commands are read from the pages (tests/docs/docs_commands.py), so a page edited
 is a test changed. What can be run here cheaply is run: ``aiorest run`` and
 ``python -m example_app`` serve until SIGTERM, the quickstart's ``curl`` prints
 its sample output, the dedicated nginx recipe serves through a real nginx. The rest is checked (the
@@ -33,12 +33,12 @@ import pytest
 
 from load.nginx import NGINX_BINARY
 from load.procs import free_port, http_get, stop_process
-from tests.docs_commands import ROOT, Command, before, commands, every_command
+from tests.docs.docs_commands import ROOT, Command, before, commands, every_command
 
 #: Commands not run by this module, by a pattern of the command: where they are run, or why not.
 ELSEWHERE = {
     r"python -m pytest -q": "the suite itself",
-    r"sphinx-build -W --keep-going -n -b html docs docs/_build/html": "tests/test_docs.py builds the docs so",
+    r"sphinx-build -W --keep-going -n -b html docs docs/_build/html": "tests/docs/test_docs.py builds the docs so",
     r"nginx -t": "the system's nginx: test_distribution_nginx_file_passes_nginx_t runs it on the file written",
     r"systemctl reload nginx": "the system's nginx",
     r"DATABASE_URL=postgresql://app@10\.0\.0\.5.* aiorest run example_app\.app:app .*": (
@@ -82,7 +82,7 @@ def test_every_command_is_run_or_accounted_for() -> None:
     found = every_command()
     assert len(found) >= 20 and {command.page for command in found} >= {"README.md", "deploy/README.md"}
     unknown = [str(c) for c in found for part in c.line.split(" && ") if how(part) == "unknown"]
-    assert unknown == [], "a command no test runs: run it in tests/test_docs_commands.py, or say why in ELSEWHERE"
+    assert unknown == [], "a command no test runs: run it in tests/docs/test_docs_commands.py, or say why in ELSEWHERE"
 
 
 def test_every_pip_install_names_extras_that_exist() -> None:

@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "aiorest"
+PACKAGE = Path(__file__).resolve().parents[2] / "aiorest"
 
 #: Lowest first. Packages of equal rank (middleware and security; the tools at the top) may import
 #: each other; the cycle check below still forbids a circle between them.

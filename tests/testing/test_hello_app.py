@@ -1,6 +1,6 @@
-"""The examples in examples/ work as documented, tested as an aiohttp.web user would (pytest-aiohttp)."""
+"""The hello app (tests/apps/hello_app.py) tested as an aiohttp.web user would (pytest-aiohttp)."""
 
-from examples.hello import app
+from tests.apps.hello_app import app
 
 
 async def test_hello_example(aiohttp_client):

@@ -12,7 +12,7 @@ from aiorest.auth import LoginRateLimiter, Passwords, token_hash
 from aiorest.db import Database
 from aiorest.sessions import stored_id
 from example_app import create_app
-from tests.test_example_app import log_in, unique
+from tests.example_app.test_example_app import log_in, unique
 
 PASSWORD = "correct horse battery"
 CHALLENGE = 'Session realm="app", Bearer realm="api"'

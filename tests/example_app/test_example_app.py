@@ -1,6 +1,6 @@
 """The example app over HTTP against real PostgreSQL: the notes resource, as a logged-in user.
 
-Users, logins, tokens and who may see which note: tests/test_example_users.py.
+Users, logins, tokens and who may see which note: tests/example_app/test_example_users.py.
 """
 
 from __future__ import annotations
