@@ -3,7 +3,7 @@
 Builds hosts out of network namespaces (load/cluster_hosts.py: a balancer, app
 hosts, PostgreSQL behind PgBouncer, Redis, two load hosts), runs the scenarios,
 prints a PASS/FAIL/SKIP line with figures for each, writes everything under
-``load/results/cluster/<time>/`` and tears every host down, also on Ctrl-C,
+``load/out/cluster/<time>/`` and tears every host down, also on Ctrl-C,
 SIGTERM or an error (and removes what a crashed run left, first). Root only.
 
     python -m load.cluster                                  # 3 app hosts, every scenario
@@ -47,7 +47,7 @@ from load.netns import unavailable_reason
 from load.plots import LOCUST_RESOLUTION_MS, latency
 from load.procs import AiorestProcess
 
-OUT = Path(__file__).resolve().parent / "results" / "cluster"
+OUT = Path(__file__).resolve().parent / "out" / "cluster"
 SCENARIOS = ("load", "rolling", "kill", "cut", "pgbouncer", "redis", "sessions", "costs")
 
 

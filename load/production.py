@@ -18,7 +18,7 @@ them all:
 ``pooler``     (f) /db through PgBouncer transaction mode against a direct
                connection (load/prod_pooler.py; its own PostgreSQL unless --dsn)
 
-The figures go to stdout and to ``load/results/production/<time>.json``, with
+The figures go to stdout and to ``load/out/production/<time>.json``, with
 plots (the failover timeline, the costs) beside it. About 4 minutes in all.
 """
 
@@ -45,7 +45,7 @@ from load.prod_restarts import sigterm_in_flight
 from load.steady import run as steady_run
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "load" / "results" / "production"
+RESULTS = ROOT / "load" / "out" / "production"
 APP = "load.prodapp:app"
 PARTS = ("failover", "sigterm", "admission", "pool", "costs", "pooler")
 
