@@ -38,6 +38,8 @@ from tests.docs.docs_commands import ROOT, Command, before, commands, every_comm
 #: Commands not run by this module, by a pattern of the command: where they are run, or why not.
 ELSEWHERE = {
     r"python -m pytest -q": "the suite itself",
+    r'python -m pytest -q -n 2 --dist loadfile -m "not serial"': "the suite itself, .ci/run runs it",
+    r"python -m pytest -q -m serial": "the suite's serial modules, .ci/run runs them",
     r"sphinx-build -W --keep-going -n -b html docs docs/_build/html": "tests/docs/test_docs.py builds the docs so",
     r"nginx -t": "the system's nginx: test_distribution_nginx_file_passes_nginx_t runs it on the file written",
     r"systemctl reload nginx": "the system's nginx",
@@ -83,6 +85,14 @@ def test_every_command_is_run_or_accounted_for() -> None:
     assert len(found) >= 20 and {command.page for command in found} >= {"README.md", "deploy/README.md"}
     unknown = [str(c) for c in found for part in c.line.split(" && ") if how(part) == "unknown"]
     assert unknown == [], "a command no test runs: run it in tests/docs/test_docs_commands.py, or say why in ELSEWHERE"
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    [command] = [c for c in commands("README.md") if "pytest" in c.line and "not db" not in c.line]
+    ci = (ROOT / ".ci" / "run").read_text()
+    # .ci/run says python3, as a fresh Debian has no `python`; the rest is the README's, verbatim.
+    verbatim = command.line.replace("pip install", "python3 -m pip install", 1).replace("python -m ", "python3 -m ")
+    assert verbatim in ci.splitlines(), command.line
 
 
 def test_every_pip_install_names_extras_that_exist() -> None:
