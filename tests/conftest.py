@@ -14,36 +14,61 @@ _DATABASE_FIXTURES = frozenset({"pg_server", "database_url", "shared_database_ur
 # @pytest.mark.slow itself.
 _SLOW_MODULES = frozenset(
     {
+        "tests/bench/test_bench.py",
         "tests/cli/test_cli.py",
         "tests/db/test_db_restart.py",
         "tests/db/test_pool_workers.py",
+        "tests/deploy/test_nginx.py",
+        "tests/deploy/test_pgbouncer.py",
+        "tests/deploy/test_shared_state.py",
+        "tests/docs/test_docs.py",
+        "tests/docs/test_docs_commands.py",
+        "tests/docs/test_tutorial.py",
+        "tests/load/test_cluster.py",
+        "tests/load/test_load_compare.py",
+        "tests/load/test_procs.py",
+        "tests/load/test_steady.py",
         "tests/server/test_conformance.py",
         "tests/server/test_reload.py",
         "tests/server/test_systemd.py",
         "tests/server/test_workers.py",
-        "tests/test_bench.py",
-        "tests/test_cluster.py",
-        "tests/test_docs.py",
-        "tests/test_docs_commands.py",
-        "tests/test_load_compare.py",
-        "tests/test_nginx.py",
-        "tests/test_pgbouncer.py",
-        "tests/test_procs.py",
-        "tests/test_shared_state.py",
-        "tests/test_steady.py",
-        "tests/test_tutorial.py",
         "tests/typed/test_schemathesis.py",
+    }
+)
+# `serial`: the full suite runs in two processes (pytest-xdist, a module per process at a time),
+# then these modules alone (README's test command, .ci/run): each sends load for a while and
+# counts what failed or how fast (wrk, locust, steady clients through nginx, a rolling restart,
+# PostgreSQL restarted under load, 512 clients against 100 connections), or builds network
+# namespaces, so the other process's load would make them fail for nothing.
+_SERIAL_MODULES = frozenset(
+    {
+        "tests/bench/test_bench.py",
+        "tests/db/test_db_restart.py",
+        "tests/db/test_pool_workers.py",
+        "tests/deploy/test_nginx.py",
+        "tests/deploy/test_pgbouncer.py",
+        "tests/deploy/test_shared_state.py",
+        "tests/docs/test_tutorial.py",
+        "tests/load/test_cluster.py",
+        "tests/load/test_load_compare.py",
+        "tests/server/test_reload.py",
     }
 )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     root = config.rootpath
+    # A module moved or renamed would silently join the fast tier: its old name must not linger.
+    if missing := sorted(name for name in _SLOW_MODULES | _SERIAL_MODULES if not (root / name).is_file()):
+        raise pytest.UsageError(f"tests/conftest.py names modules that are not there: {missing}")
     for item in items:
         if _DATABASE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.db)
-        if item.path.relative_to(root).as_posix() in _SLOW_MODULES:
+        module = item.path.relative_to(root).as_posix()
+        if module in _SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+        if module in _SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""The cluster's hosts and what runs on them, for ``python -m load cluster`` and tests/test_cluster.py.
+"""The cluster's hosts and what runs on them, for ``python -m load cluster`` and tests/load/test_cluster.py.
 
 A :class:`Cluster` is a :class:`harness.netns.Network` with, each host a namespace:
 

@@ -3,7 +3,7 @@
 Builds hosts out of network namespaces (load/cluster/hosts.py: a balancer, app
 hosts, PostgreSQL behind PgBouncer, Redis, two load hosts), runs the scenarios,
 prints a PASS/FAIL/SKIP line with figures for each, writes everything under
-``load/results/cluster/<time>/`` and tears every host down, also on Ctrl-C,
+``load/out/cluster/<time>/`` and tears every host down, also on Ctrl-C,
 SIGTERM or an error (and removes what a crashed run left, first). Root only.
 
     python -m load cluster                                  # 3 app hosts, every scenario
@@ -47,7 +47,7 @@ from load.cluster.hosts import APP_PORT, Cluster, ClusterConfig, missing_tools
 from load.cluster.locust_runs import LocustRun, run_wrk
 from load.compare.plots import LOCUST_RESOLUTION_MS, latency
 
-OUT = Path(__file__).resolve().parents[1] / "results" / "cluster"
+OUT = Path(__file__).resolve().parents[1] / "out" / "cluster"  # raw runs: git-ignored
 SCENARIOS = ("load", "rolling", "kill", "cut", "pgbouncer", "redis", "sessions", "costs")
 
 

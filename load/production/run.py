@@ -18,7 +18,7 @@ them all:
 ``pooler``     (f) /db through PgBouncer transaction mode against a direct
                connection (load/production/pooler.py; its own PostgreSQL unless --dsn)
 
-The figures go to stdout and to ``load/results/production/<time>.json``, with
+The figures go to stdout and to ``load/out/production/<time>.json``, with
 plots (the failover timeline, the costs) beside it. About 4 minutes in all.
 """
 
@@ -46,7 +46,7 @@ from harness.restarts import sigterm_in_flight
 from harness.steady import run as steady_run
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "load" / "results" / "production"
+RESULTS = ROOT / "load" / "out" / "production"  # raw runs: git-ignored
 APP = "load.production.app:app"
 PARTS = ("failover", "sigterm", "admission", "pool", "costs", "pooler")
 

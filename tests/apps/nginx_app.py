@@ -1,4 +1,4 @@
-"""An app that shows what reaches it through nginx, for tests/test_nginx.py."""
+"""An app that shows what reaches it through nginx, for tests/deploy/test_nginx.py."""
 
 import asyncio
 import hashlib

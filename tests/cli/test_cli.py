@@ -19,7 +19,7 @@ import pytest
 from aiorest import __version__ as aiorest_version
 from harness.ports import free_port
 from tests.app.test_lifecycle import backends, create_table_world, wait_for_no_backends
-from tests.wire import fetch, get
+from tests.rawclient import fetch, get
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,7 +76,7 @@ async def wait_until_accepting(process: asyncio.subprocess.Process, port: int, t
 
 async def test_run_serves_the_app_and_stops_cleanly_on_sigterm():
     port = free_port()
-    process = await aiorest("run", "examples.hello:app", "--port", str(port), "--log-level", "warning")
+    process = await aiorest("run", "tests.apps.hello_app:app", "--port", str(port), "--log-level", "warning")
     async with running(process):
         await wait_until_accepting(process, port)
         index, note = await fetch(port, get("/") + get("/notes/1"), count=2)
@@ -91,7 +91,7 @@ async def test_run_serves_the_app_and_stops_cleanly_on_sigterm():
 
 async def test_sigint_stops_the_server_too():
     port = free_port()
-    process = await aiorest("run", "examples.hello:app", "--port", str(port), "--log-level", "warning")
+    process = await aiorest("run", "tests.apps.hello_app:app", "--port", str(port), "--log-level", "warning")
     async with running(process):
         await wait_until_accepting(process, port)
         await stop(process, signal.SIGINT, timeout=5)
@@ -122,9 +122,9 @@ async def test_console_script_runs_the_cli():
     ("spec", "message"),
     [
         ("nomodule:app", "cannot import 'nomodule'"),
-        ("examples.hello:nope", "module 'examples.hello' has no attribute 'nope'"),
-        ("examples.hello", "expected MODULE:APP"),
-        ("examples.hello:NOTES", "examples.hello:NOTES is a dict, not an aiorest.App"),
+        ("tests.apps.hello_app:nope", "module 'tests.apps.hello_app' has no attribute 'nope'"),
+        ("tests.apps.hello_app", "expected MODULE:APP"),
+        ("tests.apps.hello_app:NOTES", "tests.apps.hello_app:NOTES is a dict, not an aiorest.App"),
     ],
     ids=["no-module", "no-attribute", "no-colon", "not-an-app"],
 )
@@ -140,7 +140,7 @@ async def test_bad_app_spec_exits_nonzero_with_a_message(spec, message):
 
 @pytest.mark.parametrize("count", ["0", "-2"])
 async def test_workers_below_one_is_a_usage_error(count):
-    process = await aiorest("run", "examples.hello:app", "--port", str(free_port()), "--workers", count)
+    process = await aiorest("run", "tests.apps.hello_app:app", "--port", str(free_port()), "--workers", count)
     async with asyncio.timeout(10):
         _, stderr = await process.communicate()
     assert process.returncode == 2

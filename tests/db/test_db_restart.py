@@ -29,7 +29,7 @@ from aiorest import App, Request
 from aiorest.db import Database, DatabaseUnavailable
 from aiorest.testing import TestClient
 from harness.ports import free_port
-from tests.wire import get, read_response
+from tests.rawclient import get, read_response
 
 ROOT = Path(__file__).resolve().parents[2]
 POOL = 8

@@ -24,7 +24,7 @@ from aiorest import (
     Request,
     Response,
 )
-from tests.wire import fetch, get, read_response
+from tests.rawclient import fetch, get, read_response
 
 ERROR_CLASSES = [
     getattr(aiorest, name)

@@ -8,7 +8,7 @@ import pytest
 
 from aiorest import App, Headers, HTTPBadRequest, JSONResponse, Request, Response
 from aiorest.http.jsonbody import bad_body
-from tests.wire import fetch
+from tests.rawclient import fetch
 
 
 async def test_header_and_header_values_read_the_raw_lines_in_any_case(aiorest_client):

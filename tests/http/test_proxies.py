@@ -18,7 +18,7 @@ from aiorest.http.forwarded import MAX_HOPS, TrustedProxies, parse_forwarded, re
 from bench.inprocess import FORWARDED_CASES, FORWARDED_PROXIES
 from harness.ports import free_port
 from tests.cli.test_cli import python, running, stop, wait_until_accepting
-from tests.wire import fetch, get, read_response
+from tests.rawclient import fetch, get, read_response
 
 
 def echo_app() -> App:

@@ -13,8 +13,8 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from aiorest import App, ClientDisconnected, Request
+from tests.rawclient import fetch, get, read_response
 from tests.rawhttp import exchange
-from tests.wire import fetch, get, read_response
 
 
 def raw_url(client, path: str) -> URL:

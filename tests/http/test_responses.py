@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 
 from aiorest import App, Headers, HTTPError, JSONCodec, JSONResponse, Request, Response, Server, StreamResponse
+from tests.rawclient import fetch, get
 from tests.rawhttp import parse_responses
-from tests.wire import fetch, get
 
 
 def app_returning(value: object) -> App:

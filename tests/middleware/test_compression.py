@@ -16,7 +16,7 @@ import pytest
 
 from aiorest import App, Compression, Decompression, JSONResponse, Limits, Request, Response, Router, StreamResponse
 from aiorest.middleware.compression import BROTLI_AVAILABLE, compressible, negotiate, parse_accept_encoding
-from tests.wire import fetch, get
+from tests.rawclient import fetch, get
 
 BIG = {"items": [{"id": i, "name": f"note {i}", "done": i % 2 == 0} for i in range(200)]}  # ~10 KB of JSON
 JSON = {"Content-Type": "application/json"}

@@ -25,7 +25,7 @@ from aiorest.server.shared import ServerState
 from aiorest.server.writing import short_answer
 from harness.ports import free_port
 from tests.cli.test_cli import python, running, wait_until_accepting
-from tests.wire import fetch, get, read_response
+from tests.rawclient import fetch, get, read_response
 
 MADE = re.compile(r"[0-9a-f]{12}-[0-9a-f]+")
 handler_log = logging.getLogger("tests.accesslog.handler")

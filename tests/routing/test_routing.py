@@ -10,7 +10,7 @@ import pytest
 
 from aiorest import App, HTTPError, NoMatchFound, Request, Route, Router
 from aiorest.testing import TestClient
-from tests.wire import read_response
+from tests.rawclient import read_response
 
 
 async def whoami(request: Request) -> dict[str, str]:
