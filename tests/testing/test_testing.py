@@ -35,7 +35,7 @@ asyncio_default_fixture_loop_scope = function
 asyncio_default_test_loop_scope = function
 filterwarnings = error
 """
-QUIET = ("-p", "no:cacheprovider", "-p", "no:locust", "-p", "no:hypothesispytest")
+QUIET = ("-p", "no:cacheprovider", "-p", "no:locust", "-p", "no:hypothesispytest", "-p", "no:benchmark")
 
 
 def counting_app(events: list[str]) -> App:
