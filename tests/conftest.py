@@ -43,6 +43,7 @@ _SLOW_MODULES = frozenset(
 _SERIAL_MODULES = frozenset(
     {
         "tests/bench/test_bench.py",
+        "tests/db/test_aiopg_uvloop.py",
         "tests/db/test_db_restart.py",
         "tests/db/test_pool_workers.py",
         "tests/deploy/test_nginx.py",
