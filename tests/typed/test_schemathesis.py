@@ -33,7 +33,7 @@ schemathesis = pytest.importorskip("schemathesis")
 hypothesis = pytest.importorskip("hypothesis")
 
 MAX_EXAMPLES = 15  # per operation
-TIME_BOUND = 30.0  # seconds for the whole run
+TIME_BOUND = 30.0  # seconds of full runs; past it, one generated example an operation
 # Cases each operation tries whatever schemathesis generates: Case(**fields).
 MUST_TRY: dict[str, list[dict[str, Any]]] = {
     "POST /notes": [{"body": {"title": "nul\x00here"}, "media_type": "application/json"}],
@@ -94,13 +94,14 @@ def test_the_example_app_answers_as_its_document_says(example_app: str) -> None:
     assert labels >= {"POST /users", "POST /login", "POST /logout", "GET /me", "POST /tokens", "DELETE /tokens/current"}
     assert labels >= MUST_TRY.keys()
     for operation in operations:
-        if time.monotonic() > deadline:
-            break
+        # Past the time bound (a busy machine), every operation still runs, with one generated example
+        # besides its explicit ones: the bound spends fewer examples, it never skips an operation.
+        examples = MAX_EXAMPLES if time.monotonic() < deadline else 1
         label = operation.label
         ran[label] = 0
 
         @hypothesis.settings(
-            max_examples=MAX_EXAMPLES,
+            max_examples=examples,
             derandomize=True,
             deadline=None,
             database=None,
@@ -118,5 +119,5 @@ def test_the_example_app_answers_as_its_document_says(example_app: str) -> None:
             run = hypothesis.example(case=operation.Case(**fields))(run)
         run()
     print(f"schemathesis: {sum(ran.values())} examples over {len(ran)} operations")
-    assert len(ran) == len(operations), "the time bound cut the run short"
+    assert len(ran) == len(operations)
     assert all(ran.values()), ran
