@@ -7,7 +7,9 @@ see docs/internals.rst, "Public paths").
 
 from .app import App, ExceptionHandler, Hook, Lifespan, Middleware
 from .http import (
+    ETag,
     Headers,
+    HTTPNotModified,
     JSONCodec,
     JSONResponse,
     Limits,
@@ -16,6 +18,7 @@ from .http import (
     Response,
     State,
     StreamResponse,
+    check_preconditions,
     request_id,
 )
 from .http.exceptions import *  # noqa: F403  (the HTTPError family, listed once, in its __all__)
@@ -71,6 +74,10 @@ __all__ = [
     "request_id",
     "run",
     *_exceptions_all,
+    # conditional requests
+    "ETag",
+    "HTTPNotModified",
+    "check_preconditions",
     "CORS",
     # compression
     "Compression",

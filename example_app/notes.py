@@ -9,6 +9,8 @@ A note's ``version`` is its ETag. PUT, PATCH and DELETE take the version they
 were based on, in ``If-Match`` or as ``"version"`` in the body; a stale one
 gets 412 and the client re-reads. Without either, PUT and PATCH get 428.
 ``If-Match: *`` writes whatever the version; a weak ETag never matches.
+A GET with the current ETag in ``If-None-Match`` gets 304, without the note:
+the server compares it with the ETag the handler sets (docs/responses.rst).
 
 A POST or PATCH with an ``Idempotency-Key`` runs once (docs/idempotency.rst, set
 up in example_app/app.py): a client whose write got no answer, or 502, sends it
@@ -34,6 +36,7 @@ from aiorest import (
     HTTPBadRequest,
     HTTPError,
     HTTPNotFound,
+    HTTPNotModified,
     HTTPPreconditionFailed,
     HTTPUnprocessableEntity,
     Request,
@@ -41,6 +44,7 @@ from aiorest import (
     Router,
 )
 from aiorest.db import Database
+from aiorest.http import parse_etags
 from aiorest.security import identity, login_required
 from aiorest.typed import VALIDATION_MESSAGE, Header, raises
 
@@ -142,9 +146,10 @@ def _expected_versions(if_match: str | None, version: int | None) -> list[int] |
     """
     if if_match is not None:
         try:
-            return queries.if_match_versions(if_match)
+            tags = parse_etags(if_match)
         except ValueError as exc:
-            raise HTTPBadRequest(str(exc)) from None
+            raise HTTPBadRequest(f"If-Match must list ETags, e.g. '\"3\"', or be *: {exc}") from None
+        return queries.expected_versions(tags)
     return None if version is None else [version]
 
 
@@ -215,9 +220,10 @@ async def create_note(request: Request, note: NewNote) -> Note | Response:
 
 
 @router.get("/notes/{note_id:int}", name="note")
+@raises(HTTPNotModified)
 @login_required
 async def get_note(request: Request, note_id: int) -> Note | Response:
-    """A note of the caller's, its version in ``ETag``."""
+    """A note of the caller's, its version in ``ETag``; 304 when ``If-None-Match`` names it."""
     row = await _db(request).fetchone(queries.SELECT_NOTE, (_note_id(note_id), await _owner(request)))
     if row is None:
         raise HTTPNotFound("no such note")

@@ -15,6 +15,8 @@ from __future__ import annotations
 from typing import Any, Literal
 from urllib.parse import quote
 
+from aiorest.http import ETag
+
 MAX_LIMIT = 100  # notes per page
 MAX_ID = 2**63 - 1  # bigserial
 
@@ -70,25 +72,18 @@ def next_page(last_id: int, limit: int, done: bool | None, q: str | None) -> str
     return query
 
 
-def if_match_versions(if_match: str) -> list[int] | Literal["*"]:
-    """The versions an ``If-Match`` field names: ``"*"`` (any), or those of its strong ETags.
+def expected_versions(tags: list[ETag] | Literal["*"]) -> list[int] | Literal["*"]:
+    """The versions an ``If-Match`` field's entity-tags (:func:`aiorest.http.parse_etags`) name.
 
-    A weak ETag (``W/"3"``) never matches If-Match (RFC 9110, 13.1.1), so the list may
-    be empty, and then nothing matches. ValueError if a member is not an ETag.
+    ``"*"`` (any), or those of its strong tags that are versions: a weak one (``W/"3"``)
+    never matches If-Match (RFC 9110, 13.1.1), nor does one that is not a number, so
+    the list may be empty, and then nothing matches.
     """
-    if if_match.strip() == "*":
+    if tags == "*":
         return "*"
-    versions = []
-    for tag in if_match.split(","):
-        tag = tag.strip()
-        if len(tag) < 2 or tag[0] != '"' or tag[-1] != '"':
-            if not tag.startswith('W/"'):
-                raise ValueError("If-Match must list ETags, e.g. '\"3\"', or be *")
-            continue
-        digits = tag[1:-1]
-        if digits.isascii() and digits.isdigit() and len(digits) < 19:
-            versions.append(int(digits))
-    return versions
+    return [
+        int(tag.tag) for tag in tags if not tag.weak and tag.tag.isascii() and tag.tag.isdigit() and len(tag.tag) < 19
+    ]
 
 
 def update_note(fields: list[str]) -> str:

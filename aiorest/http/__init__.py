@@ -1,5 +1,6 @@
 """HTTP messages: the request, the responses, headers, cookies, errors and the JSON codec."""
 
+from .conditional import HTTPNotModified, check_preconditions
 from .datastructures import Headers, MultiDict, State
 from .exceptions import *  # noqa: F403  (the HTTPError family, listed once, in exceptions.__all__)
 from .exceptions import __all__ as _errors
@@ -10,8 +11,11 @@ from .limits import Limits
 from .request import Request
 from .requestid import request_id
 from .response import JSONResponse, Response, StreamResponse, add_vary
+from .validators import ETag, parse_etags
 
 __all__ = [
+    "ETag",
+    "HTTPNotModified",
     "Headers",
     "JSONCodec",
     "JSONResponse",
@@ -25,7 +29,9 @@ __all__ = [
     "StreamResponse",
     "add_vary",
     "bad_body",
+    "check_preconditions",
     "get_codec",
+    "parse_etags",
     "request_id",
     *_errors,
 ]

@@ -9,6 +9,7 @@ from http.cookies import _unquote
 from typing import Literal
 
 from .datastructures import check_header_value
+from .validators import parse_http_date
 
 __all__ = ["parse_cookie", "format_set_cookie"]
 
@@ -21,65 +22,10 @@ _QUOTED_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', ";": "\\073", ",": "\
 _PLAIN_VALUE_RE = re.compile(r"^[!#-+\--:<-\[\]-~]*$")
 
 
-# RFC 9110, 5.6.7: an HTTP-date is an IMF-fixdate; a recipient also accepts the
-# two obsolete forms. All three are case-sensitive and in GMT.
-#   IMF-fixdate   Sun, 06 Nov 1994 08:49:37 GMT
-#   rfc850-date   Sunday, 06-Nov-94 08:49:37 GMT
-#   asctime-date  Sun Nov  6 08:49:37 1994
-_DAY = "(?P<day>Mon|Tue|Wed|Thu|Fri|Sat|Sun)"
-_MONTH = "(?P<month>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
-_TIME = r"(?P<hour>\d\d):(?P<minute>\d\d):(?P<second>\d\d)"
-_HTTP_DATES = [
-    re.compile(rf"{_DAY}, (?P<mday>\d\d) {_MONTH} (?P<year>\d{{4}}) {_TIME} GMT", re.ASCII),
-    re.compile(
-        r"(?P<day>Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), "
-        rf"(?P<mday>\d\d)-{_MONTH}-(?P<yy>\d\d) {_TIME} GMT",
-        re.ASCII,
-    ),
-    re.compile(rf"{_DAY} {_MONTH} (?P<mday>[ \d]\d) {_TIME} (?P<year>\d{{4}})", re.ASCII),
-]
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-
-
-def _parse_http_date(text: str) -> datetime:
-    """An HTTP-date in any of its three forms, as an aware datetime in UTC."""
-    for form in _HTTP_DATES:
-        match = form.fullmatch(text)
-        if match is not None:
-            break
-    else:
-        raise ValueError(f"expires {text!r} is not an HTTP date such as 'Wed, 21 Oct 2037 07:28:00 GMT'")
-    fields = match.groupdict()
-    if fields.get("yy") is not None:
-        # A two-digit year more than 50 years ahead is the last such year past (RFC 9110, 5.6.7).
-        this_year = datetime.now(UTC).year
-        year = this_year - this_year % 100 + int(fields["yy"])
-        if year > this_year + 50:
-            year -= 100
-    else:
-        year = int(fields["year"])
-    try:
-        moment = datetime(
-            year,
-            _MONTHS.index(fields["month"]) + 1,
-            int(fields["mday"]),
-            int(fields["hour"]),
-            int(fields["minute"]),
-            min(int(fields["second"]), 59),  # 60 is a leap second, which datetime cannot hold
-            tzinfo=UTC,
-        )
-    except ValueError as exc:
-        raise ValueError(f"expires {text!r} is not a date: {exc}") from None
-    if _DAYS[moment.weekday()] != fields["day"][:3]:
-        raise ValueError(f"expires {text!r} names the wrong day: that date is a {_DAYS[moment.weekday()]}")
-    return moment
-
-
 def _expiry(expires: datetime | float | str) -> datetime:
     """The ``expires`` of a cookie as an aware datetime in UTC."""
     if isinstance(expires, str):
-        return _parse_http_date(expires)
+        return parse_http_date(expires, "expires")
     if isinstance(expires, datetime):
         if expires.utcoffset() is None:
             # Local time or UTC? Both readings are common (now() and utcnow()): refuse to guess.

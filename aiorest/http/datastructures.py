@@ -6,6 +6,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
+from .validators import check_validator
+
 __all__ = ["MultiDict", "Headers", "State", "raw_header", "raw_header_values"]
 
 _T = TypeVar("_T")
@@ -220,6 +222,9 @@ def _check_header(name: str, value: str) -> None:
         raise ValueError(f"invalid header name {name!r}")
     if type(value) is not str or not value.isprintable() or not value.isascii():  # the usual value passes
         check_header_value(value, f"header value for {name!r}")
+    # An ETag or a Last-Modified is compared with the client's later: a bad one is refused when set.
+    if name[0] in "EeLl" and name.lower() in ("etag", "last-modified"):
+        check_validator(name.lower(), value)
 
 
 class State:

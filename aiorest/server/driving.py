@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Coroutine, Generator
 from contextvars import copy_context
 from typing import TYPE_CHECKING, Any
 
+from ..http.conditional import answer_conditional
 from ..http.exceptions import HTTPError
 from ..http.request import Request
 from ..http.requestid import request_id_var, request_numbers, valid_request_id
@@ -325,6 +326,8 @@ class HandlerDriver:
         """
         try:
             response = to_response(result)
+            if (request.method == "GET" or request.method == "HEAD") and 200 <= response.status < 300:
+                response = answer_conditional(request, response)  # 304 to a client whose copy is current
             if isinstance(response, StreamResponse):
                 if not self._side.closed:
                     return self._stream(request, response)

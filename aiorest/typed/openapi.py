@@ -98,12 +98,12 @@ def build_openapi(
         built = operation.build(schemas)
         for error_class in raised(route.handler):
             status = int(error_class.status)
-            built["responses"].setdefault(
-                str(status),
-                {"$ref": f"#/components/responses/{_ERRORS[status]}"}
-                if status in _ERRORS
-                else {"description": HTTPStatus(status).phrase, "content": {_JSON: {"schema": schemas[error_ref]}}},
-            )
+            answer: dict[str, Any] = {"description": HTTPStatus(status).phrase}
+            if status in _ERRORS:
+                answer = {"$ref": f"#/components/responses/{_ERRORS[status]}"}
+            elif status >= 400:  # a 304 (HTTPNotModified) has no body
+                answer["content"] = {_JSON: {"schema": schemas[error_ref]}}
+            built["responses"].setdefault(str(status), answer)
         if is_secured(route.handler):
             schemes = _security_schemes((*middleware, *route.middleware))
             if schemes:

@@ -100,6 +100,30 @@ async def test_missing_note_is_404(client):
         assert response.status == 404
 
 
+async def test_get_answers_304_to_the_current_etag_and_the_note_to_a_stale_one(client):
+    note = await create(client)
+    url = f"/notes/{note['id']}"
+    async with client.get(url, headers={"If-None-Match": '"1"'}) as response:
+        assert response.status == 304
+        assert response.headers["ETag"] == '"1"'
+        assert await response.read() == b""
+        assert "Content-Length" not in response.headers and "Content-Type" not in response.headers
+    async with client.get(url, headers={"If-None-Match": 'W/"0", W/"1"'}) as response:
+        assert response.status == 304  # If-None-Match compares weakly
+    async with client.patch(url, json={"done": True}, headers={"If-Match": '"1"'}) as response:
+        assert response.status == 200
+    async with client.get(url, headers={"If-None-Match": '"1"'}) as response:
+        assert response.status == 200 and response.headers["ETag"] == '"2"'
+        assert (await response.json())["done"] is True
+    async with client.get(url, headers={"If-None-Match": '"1", "2"'}) as response:
+        assert response.status == 304
+    async with client.get("/openapi.json") as response:
+        paths = (await response.json())["paths"]
+    assert "304" in paths["/notes/{note_id}"]["get"]["responses"]
+    assert "content" not in paths["/notes/{note_id}"]["get"]["responses"]["304"]
+    assert "412" in paths["/notes/{note_id}"]["patch"]["responses"]
+
+
 async def test_update_with_if_match_and_stale_write_is_412(client):
     note = await create(client)
     url = f"/notes/{note['id']}"
