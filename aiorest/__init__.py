@@ -7,6 +7,7 @@ see docs/internals.rst, "Public paths").
 
 from .app import App, ExceptionHandler, Hook, Lifespan, Middleware
 from .http import (
+    FileResponse,
     Headers,
     JSONCodec,
     JSONResponse,
@@ -68,6 +69,7 @@ __all__ = [
     "Server",
     "State",
     "StreamResponse",
+    "FileResponse",
     "request_id",
     "run",
     *_exceptions_all,

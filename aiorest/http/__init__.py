@@ -3,6 +3,7 @@
 from .datastructures import Headers, MultiDict, State
 from .exceptions import *  # noqa: F403  (the HTTPError family, listed once, in exceptions.__all__)
 from .exceptions import __all__ as _errors
+from .files import FileResponse
 from .interfaces import RouteMatch, SessionData
 from .jsonbody import bad_body
 from .jsoncodec import JSONCodec, get_codec
@@ -12,6 +13,7 @@ from .requestid import request_id
 from .response import JSONResponse, Response, StreamResponse, add_vary
 
 __all__ = [
+    "FileResponse",
     "Headers",
     "JSONCodec",
     "JSONResponse",

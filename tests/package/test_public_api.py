@@ -105,6 +105,7 @@ DOCUMENTED = {
         "SessionData",
         "bad_body",
         "add_vary",
+        "FileResponse",
     ],
     "aiorest.ops": ["Admission", "HealthProbes", "Metrics", "prepare_multiprocess_dir", "worker_exited"],
     "aiorest.testing": ["TestClient", "AiorestTestServer"],
