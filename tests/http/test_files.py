@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from aiorest import App, Compression, FileResponse, Request
+from aiorest import App, Compression, FileResponse, Request, Router
 from aiorest.testing import TestClient
-from tests.rawclient import fetch, get
+from tests.rawclient import fetch, get, read_response
 from tests.rawhttp import parse_responses
 
 TEXT = b"0123456789abcdefghij"  # 20 bytes
@@ -65,16 +65,9 @@ async def head(port: int, path: str, *headers: str) -> tuple:
         writer.write(f"HEAD {path} HTTP/1.1\r\nHost: t\r\n{extra}\r\n".encode() + get("/static/hello.txt"))
         data = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
         (response,), _ = parse_responses(data, head_request=True)
-        [after] = await fetch_on(reader)
-        return response, after
+        return response, await read_response(reader)
     finally:
         writer.close()
-
-
-async def fetch_on(reader):
-    from tests.rawclient import read_response
-
-    return [await read_response(reader)]
 
 
 async def test_get_sends_the_file_with_validators(aiorest_client, root):
@@ -261,6 +254,34 @@ async def test_nothing_outside_the_directory_and_no_directory_is_served(aiorest_
     [response] = await fetch(client.port, get(path))
     assert response.status in (400, 404), (path, response.status)
     assert b"TOP SECRET" not in response.body
+
+
+async def test_a_router_static_under_an_include_prefix(aiorest_client, root):
+    router = Router()
+    router.static("/files", root)
+    app = App()
+    app.include(router, "/v1")
+    client = await aiorest_client(app)
+    [response] = await fetch(client.port, get("/v1/files/sub/data.json"))
+    assert response.status == 200 and response.body == b'{"a": 1}'
+    [response] = await fetch(client.port, get("/v1/files/sub%2f..%2f..%2fsecret.txt"))
+    assert response.status == 404
+
+
+async def test_http_1_0_keeps_alive_after_a_file(aiorest_client, root):
+    client = await aiorest_client(files_app(root))
+    request = b"GET /static/hello.txt HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+    try:
+        writer.write(request + request)
+        data = b""
+        while data.count(TEXT) < 2:
+            chunk = await asyncio.wait_for(reader.read(65536), 5)
+            assert chunk, data
+            data += chunk
+    finally:
+        writer.close()
+    assert data.count(b"Connection: keep-alive") == 2
 
 
 async def test_a_symlink_inside_the_directory_is_served(aiorest_client, root):
