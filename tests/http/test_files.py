@@ -13,6 +13,7 @@ import hashlib
 import os
 import socket
 import struct
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -301,6 +302,39 @@ async def large_file_arrives_whole(tmp_path: Path) -> None:
         [response] = await fetch(client.port, get("/static/big.bin", ranges))
         assert response.status == 206
         assert data[1000000:2000000] in response.body and data[5000000:5000010] in response.body
+
+
+async def large_file_takes_bounded_memory(tmp_path: Path) -> None:
+    size = 32 * 1024 * 1024
+    (tmp_path / "big.bin").write_bytes(b"x" * size)
+    async with TestClient(files_app(tmp_path)) as client:
+        loop = asyncio.get_running_loop()
+        sock = socket.socket()
+        sock.setblocking(False)
+        buffer = bytearray(65536)  # the client keeps nothing: what is traced is the server's
+        tracemalloc.start()
+        try:
+            await loop.sock_connect(sock, ("127.0.0.1", client.port))
+            await loop.sock_sendall(sock, get("/static/big.bin"))
+            received = 0
+            while received < size:  # the head's bytes too: enough to have seen the whole body go out
+                count = await loop.sock_recv_into(sock, buffer)
+                assert count
+                received += count
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+            sock.close()
+    assert peak < 4 * 1024 * 1024, peak  # a chunk and the transport's buffer, never the file
+
+
+async def test_a_large_file_takes_bounded_memory_by_sendfile(tmp_path):
+    await large_file_takes_bounded_memory(tmp_path)
+
+
+def test_a_large_file_takes_bounded_memory_on_uvloop(tmp_path):
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(large_file_takes_bounded_memory(tmp_path))
 
 
 def open_fds() -> int:
