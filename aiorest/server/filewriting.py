@@ -45,8 +45,13 @@ async def write_file(
 ) -> tuple[int, int] | None:
     """Send ``response`` for ``request``: (status, body bytes sent), or None when the client went away."""
     wanted = {name: value for name in FILE_REQUEST_HEADERS if (value := request.header(name)) is not None}
+    opening = loop.run_in_executor(None, response.prepare, request.method, wanted)
     try:
-        body: FileBody = await loop.run_in_executor(None, response.prepare, request.method, wanted)
+        # Shielded: a handler cancelled now (its client gone) must still close the file the thread opens.
+        body: FileBody = await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        opening.add_done_callback(_close_opened)
+        raise
     except HTTPError as exc:
         error = error_response(exc)
         if transport.is_closing():
@@ -89,6 +94,11 @@ async def write_file(
         return None
     finally:
         body.close()
+
+
+def _close_opened(opening: asyncio.Future[FileBody]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result().close()
 
 
 async def _copy(

@@ -14,12 +14,16 @@ import os
 import socket
 import struct
 import tracemalloc
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import uvloop
 
-from aiorest import App, Compression, FileResponse, Request, Router
+from aiorest import App, Compression, FileResponse, Request, Router, Server
 from aiorest.testing import TestClient
 from tests.rawclient import fetch, get, read_response
 from tests.rawhttp import parse_responses
@@ -341,9 +345,20 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-async def client_leaving_mid_file_leaves_no_open_file(tmp_path: Path) -> None:
+@asynccontextmanager
+async def serving(app: App, **options: Any) -> AsyncIterator[Server]:
+    server = Server(app, host="127.0.0.1", port=0, **options)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop(timeout=2)
+
+
+async def client_leaving_mid_file_leaves_no_open_file(tmp_path: Path, **options: Any) -> None:
     (tmp_path / "big.bin").write_bytes(os.urandom(32 * 1024 * 1024))
-    async with TestClient(files_app(tmp_path)) as client:
+    async with serving(files_app(tmp_path), **options) as server:
+        client = SimpleNamespace(port=int(server.url.rsplit(":", 1)[1]))
         [warm] = await fetch(client.port, get("/static/big.bin", "Range: bytes=0-3"))
         assert warm.status == 206  # the server's own descriptors settle
         before = open_fds()
@@ -374,10 +389,12 @@ def test_a_large_file_arrives_whole_on_uvloop(tmp_path):
         runner.run(large_file_arrives_whole(tmp_path))
 
 
-async def test_a_client_leaving_mid_file_leaves_no_open_file_by_sendfile(tmp_path):
-    await client_leaving_mid_file_leaves_no_open_file(tmp_path)
+@pytest.mark.parametrize("cancel_on_disconnect", [False, True])
+async def test_a_client_leaving_mid_file_leaves_no_open_file_by_sendfile(tmp_path, cancel_on_disconnect):
+    await client_leaving_mid_file_leaves_no_open_file(tmp_path, cancel_on_disconnect=cancel_on_disconnect)
 
 
-def test_a_client_leaving_mid_file_leaves_no_open_file_on_uvloop(tmp_path):
+@pytest.mark.parametrize("cancel_on_disconnect", [False, True])
+def test_a_client_leaving_mid_file_leaves_no_open_file_on_uvloop(tmp_path, cancel_on_disconnect):
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(client_leaving_mid_file_leaves_no_open_file(tmp_path))
+        runner.run(client_leaving_mid_file_leaves_no_open_file(tmp_path, cancel_on_disconnect=cancel_on_disconnect))
