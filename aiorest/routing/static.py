@@ -58,6 +58,7 @@ class StaticFiles:
         self.precompressed = precompressed
 
     async def __call__(self, request: Request) -> FileResponse:
+        """A file of the directory, with validators, ranges and precompressed variants."""
         # The rest of the raw path after as many segments as the (decoded) prefix matched:
         # a router's own prefix is part of it. safe_path holds whatever that rest is.
         rest = request.path_params["path"]
