@@ -14,6 +14,7 @@ import mimetypes
 import os
 import secrets
 import stat
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -217,9 +218,11 @@ def _precondition(method: str, headers: Mapping[str, str], etag: str, mtime: int
 
 
 def _if_range_holds(if_range: str, etag: str, mtime: int) -> bool:
-    """Whether the representation is the one ``If-Range`` names: a strong ETag, or exactly its date."""
+    """Whether the representation is the one ``If-Range`` names: a strong ETag, or exactly its (strong) date."""
     if_range = if_range.strip()
     if if_range.startswith(('"', "W/")):
         return etag_matches(if_range, etag, weak=False) and not if_range.startswith("W/")
+    # A date is a validator strong enough only if the file had not changed for a second
+    # when it was sent (§13.1.4): two writes within the second would share it.
     date = parse_date(if_range)
-    return date is not None and int(date) == mtime
+    return date is not None and int(date) == mtime and time.time() - mtime >= 1

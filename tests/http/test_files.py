@@ -13,6 +13,7 @@ import hashlib
 import os
 import socket
 import struct
+import time
 import tracemalloc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -194,6 +195,7 @@ async def test_416_when_no_range_is_satisfiable(aiorest_client, root):
 
 
 async def test_if_range_serves_the_range_only_for_the_same_file(aiorest_client, root):
+    os.utime(root / "hello.txt", (1_700_000_000, 1_700_000_000))  # a date is strong only once a second old
     client = await aiorest_client(files_app(root))
     [first] = await fetch(client.port, get("/static/hello.txt"))
     etag, modified = first.header("etag"), first.header("last-modified")
@@ -203,6 +205,21 @@ async def test_if_range_serves_the_range_only_for_the_same_file(aiorest_client, 
     for value in ('"old"', f"W/{etag}", "Sat, 01 Jan 2000 00:00:00 GMT"):
         [response] = await fetch(client.port, get("/static/hello.txt", "Range: bytes=0-1", f"If-Range: {value}"))
         assert response.status == 200 and response.body == TEXT, value
+
+
+async def test_if_range_with_the_date_of_a_file_changed_within_the_second_is_weak(aiorest_client, root):
+    (root / "fresh.txt").write_bytes(TEXT)
+    soon = time.time() + 30  # not yet a second old when sent, whatever the pace of the run
+    os.utime(root / "fresh.txt", (soon, soon))
+    client = await aiorest_client(files_app(root))
+    [first] = await fetch(client.port, get("/static/fresh.txt"))
+    modified = first.header("last-modified")
+    [response] = await fetch(client.port, get("/static/fresh.txt", "Range: bytes=0-1", f"If-Range: {modified}"))
+    assert response.status == 200 and response.body == TEXT
+    [response] = await fetch(
+        client.port, get("/static/fresh.txt", "Range: bytes=0-1", f"If-Range: {first.header('etag')}")
+    )
+    assert response.status == 206 and response.body == b"01"  # the strong tag still holds
 
 
 async def test_precompressed_sibling_when_accept_encoding_allows(aiorest_client, root):
