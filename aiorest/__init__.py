@@ -8,6 +8,7 @@ see docs/internals.rst, "Public paths").
 from .app import App, ExceptionHandler, Hook, Lifespan, Middleware
 from .http import (
     ETag,
+    FileResponse,
     Headers,
     HTTPNotModified,
     JSONCodec,
@@ -71,6 +72,7 @@ __all__ = [
     "Server",
     "State",
     "StreamResponse",
+    "FileResponse",
     "request_id",
     "run",
     *_exceptions_all,

@@ -4,6 +4,7 @@ from .conditional import HTTPNotModified, check_preconditions
 from .datastructures import Headers, MultiDict, State
 from .exceptions import *  # noqa: F403  (the HTTPError family, listed once, in exceptions.__all__)
 from .exceptions import __all__ as _errors
+from .files import FileResponse
 from .interfaces import RouteMatch, SessionData
 from .jsonbody import bad_body
 from .jsoncodec import JSONCodec, get_codec
@@ -16,6 +17,7 @@ from .validators import ETag, parse_etags
 __all__ = [
     "ETag",
     "HTTPNotModified",
+    "FileResponse",
     "Headers",
     "JSONCodec",
     "JSONResponse",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, cast
 
 from ..http.datastructures import _check_header
 from ..http.response import _checked_status
+from .static import StaticFiles
 
 if TYPE_CHECKING:
     from ..http.request import Request
@@ -198,6 +200,23 @@ class _RouteDecorators:
             return handler
 
         return decorator
+
+    def static(
+        self,
+        prefix: str,
+        directory: str | os.PathLike[str],
+        *,
+        cache_control: str | None = None,
+        precompressed: bool = True,
+        name: str | None = None,
+    ) -> None:
+        """Serve the files under ``directory`` at ``prefix`` (GET and HEAD): see :doc:`responses`.
+
+        ``cache_control`` is sent as ``Cache-Control``; ``precompressed``: a ``.br`` or
+        ``.gz`` sibling is sent when ``Accept-Encoding`` allows; ``name``: the route's.
+        """
+        handler = StaticFiles(prefix, directory, cache_control=cache_control, precompressed=precompressed)
+        self.add_route("GET", handler.prefix + "{path:path}", handler, name=name)
 
     def get(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[_H], _H]:
         """``route(path, ["GET"], ...)``: the route answers HEAD too."""

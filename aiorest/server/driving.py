@@ -25,10 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..http.conditional import answer_conditional
 from ..http.exceptions import HTTPError
+from ..http.files import FileResponse
 from ..http.request import Request
 from ..http.requestid import request_id_var, request_numbers, valid_request_id
 from ..http.response import StreamResponse, error_response, to_response
 from ._h1 import ANSWERING, IDLE, H1Connection
+from .filewriting import write_file
 from .interfaces import ServedApp, TransportSide
 from .shared import ServerState
 from .stepping import DONE, INLINE, forget_cancels, resume, run_task, step, stepping
@@ -328,7 +330,7 @@ class HandlerDriver:
             response = to_response(result)
             if (request.method == "GET" or request.method == "HEAD") and 200 <= response.status < 300:
                 response = answer_conditional(request, response)  # 304 to a client whose copy is current
-            if isinstance(response, StreamResponse):
+            if isinstance(response, (StreamResponse, FileResponse)):
                 if not self._side.closed:
                     return self._stream(request, response)
                 body: bytes | bytearray | memoryview = b""
@@ -354,23 +356,38 @@ class HandlerDriver:
         self._finish(request)
         return None
 
-    async def _stream(self, request: Request, response: StreamResponse) -> None:
+    async def _stream(self, request: Request, response: StreamResponse | FileResponse) -> None:
         transport = self._transport
         assert transport is not None
-        chunked = request.http_version != "1.0"
-        if not chunked:
-            request.keep_alive = False  # the end of the body is the end of the connection
+        status = response.status
         try:
-            sent = await write_stream(
-                transport,
-                response,
-                self._side.drain,
-                chunked=chunked,
-                head_request=request.method == "HEAD",
-                header_lines=self._state.header_lines,
-                connection=self._conn.connection_line(request),
-                request_id=request.raw_id,
-            )
+            if isinstance(response, FileResponse):  # a Content-Length: HTTP/1.0 keeps alive too
+                done = await write_file(
+                    transport,
+                    self._loop,
+                    request,
+                    response,
+                    self._side.drain,
+                    self._codec,
+                    header_lines=self._state.header_lines,
+                    connection=self._conn.connection_line(request),
+                    request_id=request.raw_id,
+                )
+                status, sent = done if done is not None else (response.status, None)
+            else:
+                chunked = request.http_version != "1.0"
+                if not chunked:
+                    request.keep_alive = False  # the end of the body is the end of the connection
+                sent = await write_stream(
+                    transport,
+                    response,
+                    self._side.drain,
+                    chunked=chunked,
+                    head_request=request.method == "HEAD",
+                    header_lines=self._state.header_lines,
+                    connection=self._conn.connection_line(request),
+                    request_id=request.raw_id,
+                )
         except Exception:
             logger.exception("streaming the response to %s %s failed", request.method, request.path)
             transport.abort()  # an unterminated chunked body tells the client it is incomplete
@@ -378,5 +395,5 @@ class HandlerDriver:
         if sent is None:
             request.keep_alive = False
         if self._access_log is not None:
-            self._access_log.log(request, response.status, sent or 0, self._started)
+            self._access_log.log(request, status, sent or 0, self._started)
         self._finish(request)

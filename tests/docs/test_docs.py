@@ -529,6 +529,20 @@ async def exercise_compression(module: ModuleType, client: Any) -> None:
         assert response.status == 413
 
 
+async def exercise_files(module: ModuleType, client: Any) -> None:
+    async with client.get("/assets/hello.txt") as response:
+        assert response.status == 200 and await response.read() == b"hello from a file\n"
+        assert response.headers["Content-Type"] == "text/plain; charset=utf-8"
+        assert response.headers["Cache-Control"] == "public, max-age=3600"
+        etag = response.headers["ETag"]
+    async with client.get("/assets/hello.txt", headers={"If-None-Match": etag}) as response:
+        assert response.status == 304
+    async with client.get("/assets/hello.txt", headers={"Range": "bytes=0-4"}) as response:
+        assert response.status == 206 and await response.read() == b"hello"
+    async with client.get("/reports/latest") as response:
+        assert response.headers["Cache-Control"] == "no-cache" and await response.read() == b"hello from a file\n"
+
+
 async def exercise_auth(module: ModuleType, client: Any) -> None:
     async with client.get("/me") as response:
         assert response.status == 401
@@ -619,6 +633,7 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "openapi_docs": exercise_openapi_docs,
     "cors": exercise_cors,
     "compression": exercise_compression,
+    "files": exercise_files,
     "idempotency": exercise_idempotency,
     "auth": exercise_auth,
     "auth_sessions": exercise_auth_sessions,

@@ -109,6 +109,7 @@ DOCUMENTED = {
         "HTTPNotModified",
         "check_preconditions",
         "parse_etags",
+        "FileResponse",
     ],
     "aiorest.ops": ["Admission", "HealthProbes", "Metrics", "prepare_multiprocess_dir", "worker_exited"],
     "aiorest.testing": ["TestClient", "AiorestTestServer"],
