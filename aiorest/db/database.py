@@ -210,6 +210,11 @@ class Database(Queries):
         """The worker processes of this host the pool is sized for."""
         return self.pool.workers
 
+    @property
+    def prepare(self) -> bool:
+        """Whether statements are prepared (``prepare=``; off by default behind ``pooler="transaction"``)."""
+        return self.pool.prepare
+
     @classmethod
     def from_aiopg(
         cls,
