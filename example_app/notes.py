@@ -147,8 +147,8 @@ def _expected_versions(if_match: str | None, version: int | None) -> list[int] |
     if if_match is not None:
         try:
             tags = parse_etags(if_match)
-        except ValueError as exc:
-            raise HTTPBadRequest(f"If-Match must list ETags, e.g. '\"3\"', or be *: {exc}") from None
+        except ValueError:
+            raise HTTPBadRequest(queries.IF_MATCH_ERROR) from None
         return queries.expected_versions(tags)
     return None if version is None else [version]
 

@@ -72,6 +72,10 @@ def next_page(last_id: int, limit: int, done: bool | None, q: str | None) -> str
     return query
 
 
+#: The 400's message for an If-Match that is not a list of entity-tags (the baselines answer the same).
+IF_MATCH_ERROR = "If-Match must list ETags, e.g. '\"3\"', or be *"
+
+
 def expected_versions(tags: list[ETag] | Literal["*"]) -> list[int] | Literal["*"]:
     """The versions an ``If-Match`` field's entity-tags (:func:`aiorest.http.parse_etags`) name.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+from aiorest.http import parse_etags
 from example_app import queries
 from example_app.queries import MAX_ID, MAX_LIMIT
 
@@ -73,9 +74,9 @@ def expected_versions(if_match: str | None, data: Any) -> list[int] | Literal["*
     """
     if if_match is not None:
         try:
-            return queries.if_match_versions(if_match)
-        except ValueError as exc:
-            raise ApiError(400, str(exc)) from None
+            return queries.expected_versions(parse_etags(if_match))
+        except ValueError:
+            raise ApiError(400, queries.IF_MATCH_ERROR) from None
     version = data.get("version") if isinstance(data, dict) else None
     if version is None:
         return None
