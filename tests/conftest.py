@@ -39,10 +39,10 @@ _SLOW_MODULES = frozenset(
 # then these modules alone (README's test command, .ci/run): each sends load for a while and
 # counts what failed or how fast (wrk, locust, steady clients through nginx, a rolling restart,
 # PostgreSQL restarted under load, 512 clients against 100 connections), or builds network
-# namespaces, so the other process's load would make them fail for nothing.
+# namespaces, so the other process's load would make them fail for nothing. (tests/bench/ runs beside the
+# others: its smoke runs count instructions under valgrind, or errors that another process's load cannot make.)
 _SERIAL_MODULES = frozenset(
     {
-        "tests/bench/test_bench.py",
         "tests/db/test_aiopg_uvloop.py",
         "tests/db/test_db_restart.py",
         "tests/db/test_pool_workers.py",
