@@ -328,8 +328,9 @@ class HandlerDriver:
         """
         try:
             response = to_response(result)
-            if (request.method == "GET" or request.method == "HEAD") and 200 <= response.status < 300:
-                response = answer_conditional(request, response)  # 304 to a client whose copy is current
+            if response.headers and request.method in ("GET", "HEAD") and 200 <= response.status < 300:
+                if not isinstance(response, FileResponse):  # it answers its own validators, once stat'ed
+                    response = answer_conditional(request, response)  # 304 to a client whose copy is current
             if isinstance(response, (StreamResponse, FileResponse)):
                 if not self._side.closed:
                     return self._stream(request, response)
