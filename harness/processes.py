@@ -317,8 +317,9 @@ class ServerProcess:
                         return
             except OSError:
                 time.sleep(0.1)
+        output = self.output()  # before stop, which closes the log
         self.stop()
-        raise ServerError(f"{self.name} did not answer {path} within {timeout:.0f} s:\n{self.output()}")
+        raise ServerError(f"{self.name} did not answer {path} within {timeout:.0f} s:\n{output}")
 
     def stop(self) -> None:
         """SIGTERM (a graceful stop), then SIGKILL after 20 s."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import Any
 from dataclasses import dataclass, field
 
 
@@ -20,6 +22,9 @@ class RawResponse:
 
     def header_all(self, name: str) -> list[str]:
         return [value for key, value in self.headers if key.lower() == name.lower()]
+
+    def json(self) -> Any:
+        return json.loads(self.body)
 
 
 def parse_responses(data: bytes, head_request: bool = False) -> tuple[list[RawResponse], bytes]:

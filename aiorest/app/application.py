@@ -17,6 +17,7 @@ from ..http.exceptions import ClientDisconnected, HTTPError, HTTPUnprocessableEn
 from ..http.jsoncodec import JSONCodec, get_codec
 from ..http.request import RouteMatch
 from ..http.response import JSONResponse, Response, error_response, to_response
+from ..http.uploads import Uploads
 from ..routing.convertors import Convertor
 from ..routing.paths import PathTemplate, compile_path
 from ..routing.route import (
@@ -63,7 +64,8 @@ class App(_RouteDecorators):
     runs the startup hooks; shutdown undoes it in reverse. If a step of the startup
     raises, exactly the contexts entered (and the lifespan) are left, and no shutdown
     hook runs. ``convertors``: extra path parameter converters by name. ``limits``:
-    the server's limits and timeouts. ``title`` and ``version``: the API's, in its
+    the server's limits and timeouts. ``uploads``: the limits of forms and where their
+    files spill (see :doc:`forms`). ``title`` and ``version``: the API's, in its
     OpenAPI document (see :meth:`openapi`).
     """
 
@@ -79,6 +81,7 @@ class App(_RouteDecorators):
         contexts: Sequence[Lifespan] = (),
         convertors: dict[str, Convertor] | None = None,
         limits: Limits | None = None,
+        uploads: Uploads | None = None,
         title: str = "aiorest",
         version: str = "0.1.0",
     ) -> None:
@@ -97,6 +100,7 @@ class App(_RouteDecorators):
         self.lifespan = lifespan
         self.contexts: list[Lifespan] = list(contexts)
         self.limits = limits
+        self.uploads = uploads or Uploads()
         self._exception_handlers: dict[type[BaseException], ExceptionHandler] = {}
         # the lifespan and contexts entered, with what to call them in messages
         self._entered: list[tuple[str, AbstractAsyncContextManager[None]]] = []
@@ -349,6 +353,10 @@ class App(_RouteDecorators):
                 match = self._matches[route.path] = RouteMatch(route.path)
             request.match = match
         return route.endpoint(request)
+
+    def body_limit(self, method: str, path: str) -> int | None:
+        """The ``max_body_size`` of the route for ``method path``, if it has one of its own."""
+        return self.router.body_limit(method, path)
 
     async def handle_exception(self, request: Request, exc: BaseException) -> Response:
         """The response for an exception a handler raised; never raises."""

@@ -5,6 +5,8 @@ from .datastructures import Headers, MultiDict, State
 from .exceptions import *  # noqa: F403  (the HTTPError family, listed once, in exceptions.__all__)
 from .exceptions import __all__ as _errors
 from .files import FileResponse
+from .formlimits import FormLimits
+from .forms import FormData
 from .interfaces import RouteMatch, SessionData
 from .jsonbody import bad_body
 from .jsoncodec import JSONCodec, get_codec
@@ -12,12 +14,15 @@ from .limits import Limits
 from .request import Request
 from .requestid import request_id
 from .response import JSONResponse, Response, StreamResponse, add_vary
+from .uploads import UploadFile, Uploads
 from .validators import ETag, parse_etags
 
 __all__ = [
     "ETag",
     "HTTPNotModified",
     "FileResponse",
+    "FormData",
+    "FormLimits",
     "Headers",
     "JSONCodec",
     "JSONResponse",
@@ -29,6 +34,8 @@ __all__ = [
     "SessionData",
     "State",
     "StreamResponse",
+    "UploadFile",
+    "Uploads",
     "add_vary",
     "bad_body",
     "check_preconditions",

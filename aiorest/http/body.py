@@ -76,12 +76,13 @@ class IncomingBody:
             parts.append(chunk)
         return b"".join(parts)
 
-    async def buffer(self, current: SourceOf) -> None:
+    async def buffer(self, current: SourceOf) -> bool:
         """Wait, taking nothing out of it, until the whole body is in the server's memory (see
-        ``Request.buffer_body``); raise its error if it fails."""
+        ``Request.buffer_body``); raise its error if it fails. False, at once, for a body that
+        may grow past what the server buffers whole (its route's own ``max_body_size``)."""
         source = current()
-        if not self.done and source is not None:
-            source.buffer_whole_body()
+        if not self.done and source is not None and not source.buffer_whole_body():
+            return False
         while not self.done and source is not None:
             try:
                 await self._more(source)
@@ -90,6 +91,7 @@ class IncomingBody:
             source = current()
         if self.error is not None:
             raise self.error
+        return True
 
     def _more(self, source: BodySource) -> asyncio.Future[None]:
         """What wakes when more of the body arrives (its end, an error); asks for it if the client waits for 100."""

@@ -8,27 +8,29 @@ from typing import Any, TypeVar, overload
 
 from .validators import check_validator
 
-__all__ = ["MultiDict", "Headers", "State", "raw_header", "raw_header_values"]
+__all__ = ["MultiDict", "Headers", "State", "header_key", "raw_header", "raw_header_values"]
 
 _T = TypeVar("_T")
+_V = TypeVar("_V")
 
 
-class MultiDict(Mapping[str, str]):
+class MultiDict(Mapping[str, _V]):
     """An immutable mapping where a key may have several values, in order.
 
     ``md[key]`` and ``md.get(key)`` give the first value; ``md.getall(key)`` all of them.
+    The query's values are ``str``; a form's (:class:`~aiorest.http.FormData`) also uploads.
     """
 
     __slots__ = ("_items", "_first")
 
-    def __init__(self, items: Iterable[tuple[str, str]] = ()) -> None:
+    def __init__(self, items: Iterable[tuple[str, _V]] = ()) -> None:
         self._items = list(items)
-        first: dict[str, str] = {}
+        first: dict[str, _V] = {}
         for key, value in self._items:
             first.setdefault(key, value)
         self._first = first
 
-    def __getitem__(self, key: str) -> str:
+    def __getitem__(self, key: str) -> _V:
         return self._first[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -37,14 +39,14 @@ class MultiDict(Mapping[str, str]):
     def __len__(self) -> int:
         return len(self._first)
 
-    def getall(self, key: str, default: list[str] | None = None) -> list[str]:
+    def getall(self, key: str, default: list[_V] | None = None) -> list[_V]:
         """Every value of ``key``; ``default`` (or ``[]``) when absent."""
         values = [v for k, v in self._items if k == key]
         if values:
             return values
         return [] if default is None else default
 
-    def multi_items(self) -> list[tuple[str, str]]:
+    def multi_items(self) -> list[tuple[str, _V]]:
         """All ``(key, value)`` pairs, repeated keys included, in order."""
         return list(self._items)
 
@@ -55,6 +57,11 @@ class MultiDict(Mapping[str, str]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._items!r})"
+
+
+def header_key(name: str | bytes) -> bytes:
+    """A header name as :func:`raw_header` looks it up: lower-case bytes."""
+    return name.lower() if type(name) is bytes else name.lower().encode("latin-1")  # type: ignore[union-attr]
 
 
 def raw_header(raw: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:

@@ -16,6 +16,7 @@ from .exceptions import HTTPError
 from .forwarded import TrustedProxies
 from .jsoncodec import JSONCodec
 from .limits import Limits
+from .uploads import Uploads
 
 __all__ = ["AppInterface", "BodySource", "RouteMatch", "SessionData"]
 
@@ -30,11 +31,16 @@ class AppInterface(Protocol):
     state: State
     json: JSONCodec
     limits: Limits | None  # App(limits=...), when given
+    uploads: Uploads  # the limits of forms, where their files spill
 
     def url_for(self, name: str, /, **params: Any) -> str: ...
 
     def has_static_route(self, path: str) -> bool:
         """Whether a route without parameters has the path ``path``."""
+        ...
+
+    def body_limit(self, method: str, path: str) -> int | None:
+        """The route's own ``max_body_size`` for ``method path``, if it has one (None: the server's)."""
         ...
 
 
@@ -63,8 +69,9 @@ class BodySource(Protocol):
     def body_consumed(self, size: int) -> None:
         """A handler took ``size`` bytes out of the request's buffer (flow control)."""
 
-    def buffer_whole_body(self) -> None:
-        """Read the body arriving whole before a handler takes any (``body_buffer`` no longer stops reading)."""
+    def buffer_whole_body(self) -> bool:
+        """Read the body arriving whole before a handler takes any (``body_buffer`` no longer stops reading);
+        False, and nothing changes, for a body its route lets grow past what the server buffers whole."""
 
     def send_continue(self) -> None:
         """Send ``100 Continue`` to a client that asked for it."""

@@ -6,28 +6,23 @@ asks: a handler that never touches them does not pay for decoding them.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import parse_qsl
 
 from .body import IncomingBody
 from .cookies import parse_cookie
-from .datastructures import Headers, MultiDict, State, raw_header, raw_header_values
-from .exceptions import ClientDisconnected, HTTPBadRequest
+from .datastructures import Headers, MultiDict, State, header_key, raw_header, raw_header_values
 from .forwarded import Forwarded, TrustedProxies, resolve_forwarded, valid_host
 from .interfaces import AppInterface, BodySource, RouteMatch, SessionData
-from .jsonbody import bad_body, read_json_body
+from .reading import RequestBody
 from .requestid import RequestId, format_request_id
 
 __all__ = ["Request", "RouteMatch", "AppInterface", "BodySource", "SessionData"]
 
 
-def _lower(name: str | bytes) -> bytes:
-    return name.lower() if type(name) is bytes else name.lower().encode("latin-1")  # type: ignore[union-attr]
-
-
-class Request:
+class Request(RequestBody):
     """One HTTP request: its head, converted path parameters and a streamed body."""
 
     # Rarely set attributes live on the class, so that creating a request sets
@@ -40,12 +35,12 @@ class Request:
     raw_id: RequestId = b"-"
     #: What routing found (set by the app); None on the server's static fast path.
     match: RouteMatch | None = None
+    #: The route's own ``max_body_size``, when it has one (set by the server from the head); None: the server's.
+    body_limit: int | None = None
     _headers: Headers | None = None
-    _query: MultiDict | None = None
+    _query: MultiDict[str] | None = None
     _cookies: dict[str, str] | None = None
     _state: State | None = None
-    _body: bytes | None = None  # the whole body once read (or replaced)
-    _body_taken = False  # read or streamed: the chunks are gone
     # The class's values describe the server's common request, which it makes without
     # calling __init__ (see _h1/reader.py): no body, HTTP/1.1 kept alive, no Expect.
     # __init__ sets both for every other request.
@@ -106,15 +101,15 @@ class Request:
         One pass over the header lines as the parser gave them, without building
         :attr:`headers`: what middleware uses to read a header or two.
         """
-        value = raw_header(self.raw_headers, _lower(name))
+        value = raw_header(self.raw_headers, header_key(name))
         return None if value is None else value.decode("latin-1")
 
     def header_values(self, name: str | bytes) -> list[str]:
         """Every value of header ``name`` (any case), in order; ``[]`` when absent. Like :meth:`header`."""
-        return [value.decode("latin-1") for value in raw_header_values(self.raw_headers, _lower(name))]
+        return [value.decode("latin-1") for value in raw_header_values(self.raw_headers, header_key(name))]
 
     @property
-    def query(self) -> MultiDict:
+    def query(self) -> MultiDict[str]:
         """Query parameters, percent-decoded, repeated keys kept (``getall``)."""
         if self._query is None:
             self._query = MultiDict(parse_qsl(self.query_string, keep_blank_values=True))
@@ -254,12 +249,6 @@ class Request:
             return self.path  # a route without parameters: its template is its path
         return template
 
-    @property
-    def content_type(self) -> str:
-        """The media type of the body, lower-cased, without parameters ('' when absent)."""
-        value = raw_header(self.raw_headers, b"content-type")
-        return value.decode("latin-1").partition(";")[0].strip().lower() if value else ""
-
     def url_for(self, name: str, /, *, _external: bool = False, **params: Any) -> str:
         """The path of a named route (see ``App.url_for``); with ``_external=True`` an absolute
         URL, on the scheme and host of this request (:attr:`scheme`, :attr:`host`)."""
@@ -267,133 +256,6 @@ class Request:
         if _external:
             return f"{self.scheme}://{self.host}{path}"
         return path
-
-    # -- body ---------------------------------------------------------------
-
-    async def stream(self) -> AsyncIterator[bytes]:
-        """Yield the body in chunks as they arrive (decoded if chunked on the wire)."""
-        if self._body is not None:
-            if self._body:
-                yield self._body
-            return
-        if self._body_taken:
-            raise RuntimeError("the request body was already streamed")
-        self._body_taken = True
-        incoming = self._incoming
-        while incoming is not None and (chunk := await incoming.next_chunk(self._source)) is not None:
-            yield chunk
-
-    async def read(self) -> bytes:
-        """The whole body (kept, so it can be read again).
-
-        The body is gathered in the server's buffer first (:meth:`buffer_body`), where
-        ``Limits.max_body_memory`` bounds what all the requests hold while their clients send.
-        """
-        if self._body is None:
-            if self._body_taken:
-                raise RuntimeError("the request body was already streamed")
-            await self.buffer_body()
-            self._body_taken = True
-            incoming = self._incoming
-            self._body = b"" if incoming is None else await incoming.read_all(self._source)
-        return self._body
-
-    async def text(self) -> str:
-        """The body decoded as UTF-8 (400 if it is not)."""
-        body = await self.read()
-        try:
-            return body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise HTTPBadRequest(f"request body is not valid UTF-8: {exc.reason}") from None
-
-    async def json(self) -> Any:
-        """The body parsed with the app's JSON codec.
-
-        415 if a Content-Type other than JSON was sent; 400 if the body is empty,
-        not valid UTF-8, or not valid JSON.
-        """
-        body = await self.json_body()
-        try:
-            return self.app.json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise bad_body(f"request body is not valid JSON: {exc}", locate=False) from None
-
-    async def json_body(
-        self, *, required: bool = True, strict_content_type: bool = False, locate: bool = False
-    ) -> bytes:
-        """The body, read once its ``Content-Type`` says JSON: for a handler that decodes it itself.
-
-        415 for another type (``application/json`` or one ending in ``+json``
-        is JSON), and for none with ``strict_content_type``; 400 for an empty
-        body when ``required``, else ``b""``. An empty body is let through
-        whatever its type when not ``required``: the handler's default applies.
-        With ``locate``, the errors' ``details`` name where the problem is
-        (``header.content-type``, ``body``), as a typed handler's do (see :doc:`typed`).
-        """
-        return await read_json_body(self, required, strict_content_type, locate)
-
-    def replace_body(self, body: bytes, *, drop: Iterable[str | bytes] = ()) -> None:
-        """Make ``body`` the request's body, as if the client had sent it plain: for a middleware
-        that transforms the body (:class:`Decompression`) once it has read it.
-
-        :meth:`read`, :meth:`json` and :meth:`stream` give ``body``; the headers
-        named in ``drop`` are gone and ``Content-Length`` is its length.
-        """
-        dropped = {_lower(name) for name in drop}
-        dropped.add(b"content-length")
-        raw = [(name, value) for name, value in self.raw_headers if name.lower() not in dropped]
-        raw.append((b"Content-Length", b"%d" % len(body)))
-        self.raw_headers = raw
-        self._headers = None
-        self._body = body
-
-    def _source(self) -> BodySource | None:
-        """Where the body comes from now: None once the connection is gone."""
-        return self.protocol
-
-    @property
-    def waits_for_continue(self) -> bool:
-        """Whether the client still waits for ``100 Continue`` before sending its body: it sent
-        ``Expect: 100-continue``, no one has read the body yet, and the body has not arrived."""
-        incoming = self._incoming
-        return incoming is not None and incoming.waits_for_continue
-
-    async def buffer_body(self) -> None:
-        """Wait, taking nothing out of it, until the whole body is in the server's memory;
-        raise its error if it fails (408 late, 413 too large, 503 past the server's
-        ``Limits.max_body_memory``, :exc:`ClientDisconnected`). Returns at once for a
-        request without a body, or one whose body was read already.
-
-        The admission gate waits here before it gives a request a handler slot,
-        so that a client sending its body slowly holds no slot meanwhile, whatever its size.
-        """
-        incoming = self._incoming
-        if incoming is None:
-            return
-        await incoming.buffer(self._source)
-        if not incoming.done and self._body is None:
-            raise ClientDisconnected("the request body is no longer available")
-
-    # -- fed by the connection that parsed it (body.py); an app never calls these ----------
-
-    def feed_body(self, chunk: bytes) -> int:
-        """Add ``chunk`` to the body; returns how many bytes it buffered (0 once the body is dropped)."""
-        incoming = self._incoming
-        return 0 if incoming is None else incoming.feed(chunk)
-
-    def end_body(self, error: BaseException | None = None) -> None:
-        """The body is complete, or failed with ``error`` (raised to whoever reads it)."""
-        incoming = self._incoming
-        if incoming is not None:
-            incoming.end(error)
-
-    def drop_body(self) -> int:
-        """The request is answered: free its buffered body and discard what is still to come.
-
-        Returns how many buffered bytes it freed.
-        """
-        incoming = self._incoming
-        return 0 if incoming is None else incoming.drop()
 
     def __repr__(self) -> str:
         return f"<Request {self.method} {self.path}>"

@@ -49,6 +49,9 @@ class RouteOptions(TypedDict, total=False):
     middleware: Sequence[Middleware]
     #: False: a typed JSON body may also come without a Content-Type (default: 415).
     strict_content_type: bool
+    #: The most body bytes a request to this route may send, instead of the server's
+    #: ``Limits.max_body_size`` (see :doc:`forms`): an upload route's.
+    max_body_size: int | None
 
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -83,6 +86,7 @@ class Route:
         "headers",
         "middleware",
         "strict_content_type",
+        "max_body_size",
         "_given_middleware",
         "signature",
         "call",
@@ -100,6 +104,7 @@ class Route:
         headers: Mapping[str, str] | None = None,
         middleware: Sequence[Middleware] = (),
         strict_content_type: bool = True,
+        max_body_size: int | None = None,
     ) -> None:
         method = method.upper()
         if not path.startswith("/"):
@@ -111,6 +116,8 @@ class Route:
             )
         if status is not None:
             status = _checked_status(status)
+        if max_body_size is not None and (type(max_body_size) is not int or max_body_size < 0):
+            raise ValueError(f"route {method} {path}: max_body_size must be an int of 0 or more, got {max_body_size!r}")
         if headers:
             for header, value in headers.items():
                 _check_header(header, value)
@@ -123,6 +130,7 @@ class Route:
         self.status = status
         self.headers: Mapping[str, str] | None = MappingProxyType(dict(headers)) if headers else None
         self.strict_content_type = strict_content_type
+        self.max_body_size = max_body_size
         where = f"route {method} {path}"
         self._given_middleware = _checked_middleware(middleware, where)
         self.middleware = self._given_middleware + _checked_middleware(getattr(handler, HANDLER_MIDDLEWARE, ()), where)
@@ -144,6 +152,7 @@ class Route:
             headers=self.headers,
             middleware=self._given_middleware,
             strict_content_type=self.strict_content_type,
+            max_body_size=self.max_body_size,
         )
         options.update(changed)  # type: ignore[typeddict-item]
         return options

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import quote
 
-from ..http.exceptions import HTTPMethodNotAllowed, HTTPNotFound
+from ..http.exceptions import HTTPError, HTTPMethodNotAllowed, HTTPNotFound
 from .convertors import DEFAULT_CONVERTORS, Convertor
 from .paths import PathTemplate, compile_path
 from .route import PREFLIGHT_MIDDLEWARE, Middleware, NoMatchFound, Route
@@ -59,6 +59,7 @@ class RouteTable:
         self._explicit_names: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
         self._group_entry: dict[int, PathEntry] = {}
+        self._own_body_limits = False  # a route has its own max_body_size: body_limit must look
 
     def add(self, route: Route) -> None:
         """Compile ``route`` into the table.
@@ -88,6 +89,8 @@ class RouteTable:
             else:
                 entry = existing
         entry.add(route)
+        if route.max_body_size is not None:
+            self._own_body_limits = True
         name = route.name or getattr(route.handler, "__name__", None)
         if name is None:
             return
@@ -176,6 +179,17 @@ class RouteTable:
             except ValueError:
                 continue
         return None
+
+    def body_limit(self, method: str, path: str) -> int | None:
+        """The ``max_body_size`` of the route for ``method path``, if it has one of its own;
+        no lookup at all while no route has one (the server asks for every request with a body)."""
+        if not self._own_body_limits:
+            return None
+        try:
+            route = self.resolve(method, path)[0]
+        except HTTPError:
+            return None
+        return None if route is None else route.max_body_size
 
     def resolve(self, method: str, path: str) -> tuple[Route | None, Mapping[str, Any], frozenset[str]]:
         """Find the route for ``method`` and ``path``.

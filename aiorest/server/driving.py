@@ -111,8 +111,7 @@ class HandlerDriver:
     def connection_made(self, transport: asyncio.Transport, trusted_proxies: TrustedProxies | None) -> None:
         self._transport = transport
         self._trusted_proxies = trusted_proxies
-        # Started now, it waits for work by the time a request arrives: a cancel
-        # that reached it before its first step would end it without a word.
+        # Started now, it waits for work when a request arrives: a cancel before its first step would end it unseen.
         if self._inline:
             self._new_runner()
 
@@ -151,8 +150,7 @@ class HandlerDriver:
                     self._respond(request, error_response(error))
                     continue
             try:
-                # Most requests are for a route without parameters: App.begin's
-                # first step, two dict lookups, done here instead of in a call.
+                # Most requests are for a route without parameters: App.begin's first step, here.
                 methods = self._static_endpoints.get(request.path)
                 endpoint = methods.get(request.method) if methods is not None else None
                 coro = endpoint(request) if endpoint is not None else self._app.begin(request)
@@ -182,11 +180,10 @@ class HandlerDriver:
             if not self.grace or conn.stopped:
                 side.close()
 
-    # Every handler runs inside a Task from its first line; how, stepping.py says.
-    # On the inline path the connection keeps one Task, _serve: _process runs the
-    # first step of each request at once (stepping.step) and a handler that waits
-    # is handed to _serve, which drives it from then on. On the task path each
-    # request gets a Task of its own (_start_task).
+    # Every handler runs inside a Task from its first line (stepping.py). On the inline path the
+    # connection keeps one Task, _serve: _process runs the first step of each request at once
+    # (stepping.step), a handler that waits is handed to _serve. On the task path each request
+    # gets a Task of its own (_start_task).
 
     def _start_task(self, request: Request, handling: Generator[Any, Any, None], context: contextvars.Context) -> None:
         task = self._runner = self._loop.create_task(run_task(handling), context=context)
@@ -310,11 +307,13 @@ class HandlerDriver:
 
     def _abandon(self, request: Request) -> None:
         request.keep_alive = False
+        request.answered()
         self.current = None
         self._conn.abandon()
         self._side.close()
 
     def _finish(self, request: Request) -> None:
+        request.answered()  # (a request with a form never takes the short path: see Request.form)
         self.current = None
         if not self._conn.finish(request):
             self._side.close()

@@ -191,11 +191,13 @@ class HttpProtocol(asyncio.Protocol):
         if self.reading_paused and self._conn.want_read:
             self.resume_reading()
 
-    def buffer_whole_body(self) -> None:
-        """Read the body arriving whole, ``body_buffer`` notwithstanding (the admission gate waits for it)."""
-        self._conn.buffer_whole_body()
+    def buffer_whole_body(self) -> bool:
+        """Read the body arriving whole, ``body_buffer`` notwithstanding (the admission gate waits for it);
+        False for a body its route lets grow past what the server buffers whole (an upload)."""
+        whole = self._conn.buffer_whole_body()
         if self.reading_paused and self._conn.want_read:
             self.resume_reading()
+        return whole
 
     def send_continue(self) -> None:
         """Tell a client that sent ``Expect: 100-continue`` to send its body."""

@@ -62,6 +62,8 @@ class BodyIntake:
         "_chunked",
         "_framing",
         "chunks",
+        "limit",
+        "_whole_limit",
     )
 
     def __init__(self, limits: Limits, clock: Clock, memory: BodyMemory | None) -> None:
@@ -78,6 +80,8 @@ class BodyIntake:
         self._chunked = False
         self._framing = 0  # a chunked body's bytes on the wire beside its data
         self.chunks = 0  # its chunks so far (llhttp's on_chunk_header)
+        self.limit = limits.max_body_size  # its bytes at most: the server's, or its route's own
+        self._whole_limit = min(limits.max_body_size, limits.max_body_memory)  # what is ever buffered whole
 
     def begin(self, request: Request, chunked: bool) -> None:
         """``request``'s head is complete and announces a body."""
@@ -86,6 +90,8 @@ class BodyIntake:
         self.deadline = self._clock.now + self._limits.body_timeout
         self._chunked = chunked
         self._framing = self.chunks = 0
+        own = request.body_limit
+        self.limit = self._limits.max_body_size if own is None else own
 
     def feed(self, body: bytes) -> bool:
         """Body bytes, from llhttp's on_body; True: the buffer is full, stop reading. At a limit the
@@ -94,8 +100,8 @@ class BodyIntake:
         assert request is not None
         size = len(body)
         self.received += size
-        if self.received > self._limits.max_body_size:
-            limit = self._limits.max_body_size
+        if self.received > self.limit:
+            limit = self.limit
             self._fail(request, errors.HTTPPayloadTooLarge(f"request body exceeds the limit of {limit} bytes"))
         buffered = request.feed_body(body)  # 0: answered already, the rest is discarded
         if buffered:
@@ -127,7 +133,7 @@ class BodyIntake:
         if not self._chunked:
             return None
         self._framing += size - data
-        limit = self._limits.max_body_size
+        limit = self.limit
         if self.received + self._framing > limit:
             return errors.HTTPPayloadTooLarge(f"request body exceeds the limit of {limit} bytes with its chunk framing")
         if self._framing - _CHUNK_FRAMING * self.chunks > MAX_CHUNK_EXTENSIONS:
@@ -148,10 +154,16 @@ class BodyIntake:
         self.buffer_limit = self._limits.body_buffer
         return request
 
-    def whole(self) -> None:
-        """Buffer the body arriving whole, up to ``max_body_size``: ``body_buffer`` no longer stops reading."""
+    def whole(self) -> bool:
+        """Buffer the body arriving whole, up to ``max_body_size``: ``body_buffer`` no longer stops reading.
+
+        False, and nothing changes, for a body its route lets grow past what the server
+        buffers whole (an upload): it is read as it arrives."""
         if self.receiving is not None:
-            self.buffer_limit = self._limits.max_body_size
+            if self.limit > self._whole_limit:
+                return False
+            self.buffer_limit = self.limit
+        return True
 
     def release(self, size: int) -> None:
         """``size`` buffered bytes are gone: read by a handler, or dropped with an answered request."""

@@ -179,11 +179,13 @@ class H1Connection:
         if not self.want_read:
             self._update_want_read()
 
-    def buffer_whole_body(self) -> None:
-        """Buffer the body arriving whole (up to ``max_body_size``): the admission gate waits for it."""
-        self._body.whole()
+    def buffer_whole_body(self) -> bool:
+        """Buffer the body arriving whole (up to ``max_body_size``): the admission gate waits for it.
+        False: its route lets it grow past that (an upload), it is read as it arrives."""
+        whole = self._body.whole()
         if not self.want_read:
             self._update_want_read()
+        return whole
 
     def check_deadline(self, now: float) -> str | Timeout | None:
         """Called once a second: None, CLOSE, or a Timeout to answer before closing."""

@@ -139,14 +139,22 @@ def general_request(
     else:
         raw_path, query = target, ""
     path = raw_path.decode("latin-1")
-    error, keep_alive, stop = _head_error(
-        http_version, content_length, transfer_encoding, max_body_size, has_host, refusal, keep_alive
-    )
+    bad_path = False
     if "%" in path:
         try:
             path = unquote(path, errors="strict")
         except UnicodeDecodeError:
-            error = error or HTTPBadRequest("request path is not valid UTF-8 after percent-decoding")
+            bad_path = True
+    own_limit = None
+    if content_length or transfer_encoding is not None:
+        own_limit = app.body_limit(method, path)  # a route of its own size (uploads); None: the server's
+        if own_limit is not None:
+            max_body_size = own_limit
+    error, keep_alive, stop = _head_error(
+        http_version, content_length, transfer_encoding, max_body_size, has_host, refusal, keep_alive
+    )
+    if bad_path:
+        error = error or HTTPBadRequest("request path is not valid UTF-8 after percent-decoding")
     request = Request(
         method,
         path,
@@ -159,6 +167,8 @@ def general_request(
         keep_alive=keep_alive,
         expect_continue=framing.expect_continue and http_version == "1.1",
     )
+    if own_limit is not None:
+        request.body_limit = own_limit
     return request, error, stop
 
 
