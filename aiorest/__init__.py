@@ -7,6 +7,7 @@ see docs/internals.rst, "Public paths").
 
 from .app import App, ExceptionHandler, Hook, Lifespan, Middleware
 from .http import (
+    BackgroundTasksFull,
     ETag,
     FileResponse,
     Headers,
@@ -16,6 +17,7 @@ from .http import (
     Limits,
     MultiDict,
     Request,
+    RequestTasks,
     Response,
     State,
     StreamResponse,
@@ -48,6 +50,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "BackgroundTasksFull",
     "Body",
     "Cookie",
     "Convertor",
@@ -65,6 +68,7 @@ __all__ = [
     "NoMatchFound",
     "Query",
     "Request",
+    "RequestTasks",
     "Response",
     "Route",
     "RouteOptions",

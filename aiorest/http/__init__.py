@@ -1,5 +1,6 @@
 """HTTP messages: the request, the responses, headers, cookies, errors and the JSON codec."""
 
+from .background import BackgroundTasks, BackgroundTasksFull, RequestTasks
 from .conditional import HTTPNotModified, check_preconditions
 from .datastructures import Headers, MultiDict, State
 from .exceptions import *  # noqa: F403  (the HTTPError family, listed once, in exceptions.__all__)
@@ -15,6 +16,8 @@ from .response import JSONResponse, Response, StreamResponse, add_vary
 from .validators import ETag, parse_etags
 
 __all__ = [
+    "BackgroundTasks",
+    "BackgroundTasksFull",
     "ETag",
     "HTTPNotModified",
     "FileResponse",
@@ -24,6 +27,7 @@ __all__ = [
     "Limits",
     "MultiDict",
     "Request",
+    "RequestTasks",
     "Response",
     "RouteMatch",
     "SessionData",
