@@ -14,6 +14,7 @@ import logging
 import re
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from types import ModuleType
@@ -24,6 +25,7 @@ import pytest
 
 import aiorest
 from aiorest.testing import TestClient
+from harness.fixtures import RedisServer, redis_answers
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -48,6 +50,16 @@ async def raw_exchange(port: int, data: bytes) -> bytes:
         return await asyncio.wait_for(reader.read(), timeout=5)
     finally:
         writer.close()
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Any:
+    """The Redis on 127.0.0.1:6379, or a throwaway redis-server on a free port."""
+    if redis_answers(6379):
+        yield "redis://127.0.0.1:6379/0"
+        return
+    with RedisServer() as server:
+        yield server.url
 
 
 # -- one exercise per example ---------------------------------------------------------
@@ -612,7 +624,60 @@ async def exercise_auth_sessions(module: ModuleType, client: Any) -> None:
         module.USERS[1] = {"id": 1, "name": "ada"}
 
 
+async def exercise_background(module: ModuleType, client: Any) -> None:
+    async with client.post("/signups", json={"email": "ada@example.com", "name": "Ada"}) as response:
+        assert response.status == 201 and await response.json() == {"email": "ada@example.com"}
+    await until_true(lambda: module.app.background.pending == 0)
+    assert module.MAILBOX == ["Welcome, Ada <ada@example.com>"]
+    assert module.AUDIT == ["signup ada@example.com"]
+    async with client.post("/newsletter", json={"email": "bob@example.com"}) as response:
+        assert response.status == 202 and await response.json() == {"welcome_mail": True}
+    await until_true(lambda: module.app.background.pending == 0)
+    assert module.MAILBOX[-1] == "Welcome, subscriber <bob@example.com>"
+    assert module.app.background.limit == 500
+
+
+async def exercise_background_arq(module: ModuleType, client: Any) -> None:
+    from arq.jobs import Job
+    from arq.worker import Worker
+
+    address = f"ada-{uuid.uuid4().hex}@example.com"
+    async with client.post(f"/signups/{address}") as response:
+        assert response.status == 202
+        assert await response.json() == {"job": f"welcome:{address}", "queued": True}
+    async with client.post(f"/signups/{address}") as response:  # a retry: the job is queued once
+        assert await response.json() == {"job": f"welcome:{address}", "queued": False}
+    # The worker: another process, on any host, in production (`arq background_arq.WorkerSettings`).
+    settings = module.WorkerSettings
+    worker = Worker(
+        functions=settings.functions,
+        redis_settings=settings.redis_settings,
+        queue_name=settings.queue_name,
+        burst=True,
+        poll_delay=0.01,
+        handle_signals=False,
+        keep_result=60,
+    )
+    try:
+        await worker.main()
+        job = Job(f"welcome:{address}", module.app.state.jobs, _queue_name=settings.queue_name)
+        assert await job.result(timeout=5) == f"welcome mail sent to {address}"
+        assert worker.jobs_complete == 1 and worker.jobs_failed == 0
+    finally:
+        await worker.pool.aclose()  # not worker.close(): arq 0.28 calls redis' deprecated close()
+
+
+async def until_true(condition: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out waiting")
+
+
 EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
+    "background": exercise_background,
+    "background_arq": exercise_background_arq,
     "behind_proxy": exercise_behind_proxy,
     "inventory": exercise_inventory,
     "aiopg_pool": exercise_aiopg_pool,
@@ -656,6 +721,8 @@ async def test_example(
     if name in ("inventory", "aiopg_pool"):  # needs PostgreSQL: a fresh database, through $DATABASE_URL
         monkeypatch = request.getfixturevalue("monkeypatch")
         monkeypatch.setenv("DATABASE_URL", request.getfixturevalue("database_url"))
+    if name == "background_arq":  # needs Redis, through $REDIS_URL
+        request.getfixturevalue("monkeypatch").setenv("REDIS_URL", request.getfixturevalue("redis_url"))
     module = load_example(name)
     assert isinstance(module.app, aiorest.App), f"docs/examples/{name}.py must define an App named app"
     exercise = EXERCISES[name]
