@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+import aiorest
 from aiorest import App, BackgroundTasksFull, HTTPNotFound, Limits, Request, Server, StreamResponse
 from aiorest.http import BackgroundTasks
 
@@ -293,3 +294,73 @@ def test_background_tasks_bound_is_checked_before_anything_is_kept() -> None:
     assert raised.value.status == 503 and tasks.pending == 1 and len(tasks.waiting[key]) == 1
     tasks.discard(key)
     assert tasks.pending == 0 and not tasks.waiting
+
+
+async def test_a_plain_function_runs_in_a_thread_with_the_request_id(caplog: pytest.LogCaptureFixture) -> None:
+    app = App()
+    seen: list[str | None] = []
+
+    def blocking() -> None:
+        seen.append(aiorest.request_id())
+        raise OSError("disk full")
+
+    @app.get("/")
+    async def index(request: Request) -> dict[str, bool]:
+        request.background.add(blocking)
+        return {"ok": True}
+
+    caplog.set_level(logging.ERROR, logger="aiorest")
+    async with serving(app) as (server, session):
+        async with session.get("/") as response:
+            request_id = response.headers["X-Request-ID"]
+        await until(lambda: app.background.failed == 1)
+    assert seen == [request_id]
+    [record] = [r for r in caplog.records if r.name == "aiorest.background"]
+    assert record.request_id == request_id and "blocking" in record.getMessage()  # type: ignore[attr-defined]
+
+
+async def test_a_streamed_body_that_fails_drops_the_tasks() -> None:
+    app = App()
+    ran: list[str] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"partial"
+        raise RuntimeError("the source broke")
+
+    @app.get("/stream")
+    async def stream(request: Request) -> StreamResponse:
+        request.background.add(ran.append, "never")
+        return StreamResponse(body())
+
+    async with serving(app) as (server, session):
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async with session.get("/stream") as response:
+                await response.read()
+        await until(lambda: app.background.pending == 0)
+    assert ran == [] and not app.background.waiting
+
+
+async def test_a_handler_cancelled_because_its_client_left_has_its_tasks_dropped() -> None:
+    app = App()
+    started = asyncio.Event()
+    ran: list[str] = []
+
+    @app.get("/slow")
+    async def slow(request: Request) -> dict[str, bool]:
+        request.background.add(ran.append, "never")
+        started.set()
+        await asyncio.sleep(30)
+        return {"ok": True}
+
+    server = Server(app, port=0, cancel_on_disconnect=True)
+    await server.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        await started.wait()
+        writer.close()
+        await writer.wait_closed()
+        await until(lambda: app.background.pending == 0)
+    finally:
+        await server.stop(timeout=2)
+    assert ran == [] and not app.background.waiting
