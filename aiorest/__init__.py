@@ -7,6 +7,7 @@ see docs/internals.rst, "Public paths").
 
 from .app import App, ExceptionHandler, Hook, Lifespan, Middleware
 from .http import (
+    BackgroundTasksFull,
     ETag,
     FileResponse,
     FormData,
@@ -18,6 +19,7 @@ from .http import (
     Limits,
     MultiDict,
     Request,
+    RequestTasks,
     Response,
     State,
     StreamResponse,
@@ -52,6 +54,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "BackgroundTasksFull",
     "Body",
     "Cookie",
     "Convertor",
@@ -69,6 +72,7 @@ __all__ = [
     "NoMatchFound",
     "Query",
     "Request",
+    "RequestTasks",
     "Response",
     "Route",
     "RouteOptions",

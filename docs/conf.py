@@ -53,6 +53,8 @@ autodoc_type_aliases = {
 # resolved by Sphinx itself; every other reference must resolve.
 _UNLINKABLE = sorted(sys.stdlib_module_names | {"aiohttp"})
 nitpick_ignore_regex = [(r"py:.*", rf"(?:{'|'.join(_UNLINKABLE)})(?:\..+)?")]
+# MultiDict's value type, and what the server gives a request (``Request.protocol``): not public API.
+nitpick_ignore = [("py:class", "aiorest.http.datastructures._V"), ("py:class", "aiorest.http.interfaces.BodySource")]
 
 
 def _resolve_reexports(app: Any, env: Any, node: Any, contnode: Any) -> Any:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass

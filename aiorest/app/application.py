@@ -12,9 +12,11 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
+from ..http.background import BackgroundTasks
 from ..http.datastructures import State
 from ..http.exceptions import ClientDisconnected, HTTPError, HTTPUnprocessableEntity
 from ..http.jsoncodec import JSONCodec, get_codec
+from ..http.limits import Limits
 from ..http.request import RouteMatch
 from ..http.response import JSONResponse, Response, error_response, to_response
 from ..http.uploads import Uploads
@@ -36,7 +38,6 @@ from .chaining import EndpointLayer, answer_options, chain, preflight_route, rai
 from .readiness import Readiness
 
 if TYPE_CHECKING:
-    from ..http.limits import Limits
     from ..http.request import Request
 
 __all__ = ["App", "Middleware", "Hook", "ExceptionHandler", "Lifespan", "EndpointLayer"]
@@ -101,6 +102,8 @@ class App(_RouteDecorators):
         self.contexts: list[Lifespan] = list(contexts)
         self.limits = limits
         self.uploads = uploads or Uploads()
+        #: what the handlers leave to run after their responses (``request.background``, docs/background.rst)
+        self.background = BackgroundTasks((limits or Limits()).max_background_tasks)
         self._exception_handlers: dict[type[BaseException], ExceptionHandler] = {}
         # the lifespan and contexts entered, with what to call them in messages
         self._entered: list[tuple[str, AbstractAsyncContextManager[None]]] = []
@@ -359,7 +362,9 @@ class App(_RouteDecorators):
         return self.router.body_limit(method, path)
 
     async def handle_exception(self, request: Request, exc: BaseException) -> Response:
-        """The response for an exception a handler raised; never raises."""
+        """The response for an exception a handler raised; never raises. The request's background tasks are dropped."""
+        if self.background.waiting:
+            self.background.discard(request)
         handler = self._find_exception_handler(type(exc))
         if handler is not None:
             try:

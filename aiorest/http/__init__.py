@@ -1,5 +1,6 @@
 """HTTP messages: the request, the responses, headers, cookies, errors and the JSON codec."""
 
+from .background import BackgroundTasks, BackgroundTasksFull, RequestTasks
 from .conditional import HTTPNotModified, check_preconditions
 from .datastructures import Headers, MultiDict, State
 from .exceptions import *  # noqa: F403  (the HTTPError family, listed once, in exceptions.__all__)
@@ -18,6 +19,8 @@ from .uploads import UploadFile, Uploads
 from .validators import ETag, parse_etags
 
 __all__ = [
+    "BackgroundTasks",
+    "BackgroundTasksFull",
     "ETag",
     "HTTPNotModified",
     "FileResponse",
@@ -29,6 +32,7 @@ __all__ = [
     "Limits",
     "MultiDict",
     "Request",
+    "RequestTasks",
     "Response",
     "RouteMatch",
     "SessionData",

@@ -116,7 +116,8 @@ async def _read_multipart(
     chunks: AsyncIterator[bytes], boundary: str | None, limits: FormLimits, uploads: Uploads
 ) -> FormData:
     if multipart is None:
-        raise HTTPUnsupportedMediaType("this server reads no multipart forms: pip install 'aiorest[forms]'")
+        message = "this server reads no multipart forms: pip install '.[forms]' in aiorest's checkout"
+        raise HTTPUnsupportedMediaType(message)
     if not boundary:
         raise HTTPBadRequest("a multipart/form-data body needs a boundary parameter in its Content-Type")
     if len(boundary) > limits.max_boundary:

@@ -11,6 +11,7 @@ from abc import abstractmethod
 from collections.abc import MutableMapping
 from typing import Any, NamedTuple, Protocol
 
+from .background import BackgroundTasks
 from .datastructures import State
 from .exceptions import HTTPError
 from .forwarded import TrustedProxies
@@ -32,6 +33,7 @@ class AppInterface(Protocol):
     json: JSONCodec
     limits: Limits | None  # App(limits=...), when given
     uploads: Uploads  # the limits of forms, where their files spill
+    background: BackgroundTasks  # the process's background tasks (docs/background.rst)
 
     def url_for(self, name: str, /, **params: Any) -> str: ...
 

@@ -3,7 +3,9 @@
 Names (see docs/deployment): ``aiorest_requests_total{route,method,status}``,
 ``aiorest_request_duration_seconds{route}``, ``aiorest_requests_in_flight``,
 ``aiorest_admission_rejections_total{reason}``, ``aiorest_admission_queued``,
-``aiorest_event_loop_lag_seconds`` and the ``aiorest_db_pool_*`` gauges.
+``aiorest_event_loop_lag_seconds``, the ``aiorest_db_pool_*`` gauges and the background
+tasks' ``aiorest_background_tasks_pending``, ``aiorest_background_tasks_done_total`` and
+``aiorest_background_tasks_failed_total``.
 ``route`` is the route's template, never the raw path (``<unmatched>`` when no
 route's handler ran: 404, 405, automatic OPTIONS), so the labels are bounded;
 ``method`` is one of the methods routes can have, else ``OTHER``.
@@ -112,6 +114,17 @@ class Metrics:
             "aiorest_db_pool_waits", "Acquisitions that had to wait for a database connection.", registry=registry
         )
         self._pool_waits_seen = 0
+        self.background = app.background
+        self.background_pending = self._gauge("aiorest_background_tasks_pending", "Background tasks not yet finished.")
+        self.background_done = prom.Counter(
+            "aiorest_background_tasks_done", "Background tasks that returned.", registry=registry
+        )
+        self.background_failed = prom.Counter(
+            "aiorest_background_tasks_failed",
+            "Background tasks that raised, or were cancelled at a stop.",
+            registry=registry,
+        )
+        self._background_seen = (0, 0)  # done, failed: what the counters have
         self._sampler: asyncio.TimerHandle | None = None
         # counted here, flushed into the values above by flush()
         self.running = 0  # requests in flight
@@ -174,6 +187,7 @@ class Metrics:
         # a worker's gauges must not outlive its serving: zero them (livesum adds them up)
         for gauge in (self.in_flight, self.queued, self.pool_size, self.pool_max_size, self.pool_in_use):
             gauge.set(0)
+        self.background_pending.set(0)
         self.pool_waiting.set(0)
 
     def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -213,6 +227,17 @@ class Metrics:
             counts, self._rejected_counts = self._rejected_counts, {}
             for reason, count in counts.items():
                 self.rejections.labels(reason).inc(count)
+        self._flush_background()
+
+    def _flush_background(self) -> None:
+        background = self.background
+        self.background_pending.set(background.pending)
+        done, failed = self._background_seen
+        if background.done > done:
+            self.background_done.inc(background.done - done)
+        if background.failed > failed:
+            self.background_failed.inc(background.failed - failed)
+        self._background_seen = (background.done, background.failed)
 
 
 class _Measured:

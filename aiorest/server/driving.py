@@ -53,27 +53,10 @@ class HandlerDriver:
     """Runs the handlers of a connection's requests, one at a time, in arrival order."""
 
     __slots__ = (
-        "_app",
-        "_static_endpoints",
-        "_codec",
-        "_dumps",
-        "_state",
-        "_access_log",
-        "_loop",
-        "_conn",
-        "_queue",
-        "_side",
-        "_transport",
-        "_trusted_proxies",
-        "current",
-        "_started",
-        "_runner",
-        "_wake",
-        "_suspended",
-        "_serving",
-        "_inline",
-        "grace",
-    )
+        "_app", "_static_endpoints", "_codec", "_dumps", "_state", "_access_log", "_loop", "_conn", "_queue",
+        "_side", "_transport", "_trusted_proxies", "current", "_started", "_runner", "_wake", "_suspended",
+        "_serving", "_inline", "grace", "_background", "_waiting",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -89,6 +72,9 @@ class HandlerDriver:
         self._dumps = app.json.dumps
         self._state = state
         self._access_log = state.access_log  # the server's, when it writes one
+        # the app's background tasks, and its requests whose tasks wait for their response (empty, mostly)
+        self._background = app.background
+        self._waiting = app.background.waiting
         self._loop = loop
         self._conn = conn
         self._queue = conn.queue  # the connection's, kept here: one lookup fewer a request
@@ -261,6 +247,8 @@ class HandlerDriver:
         if not self._side.closed and (self.current is not None or self._suspended is not None):
             if not runner.cancelled() and runner.exception() is not None:
                 logger.error("the connection's task failed", exc_info=runner.exception())
+            if self.current is not None:
+                self._background.discard(self.current)
             self._suspended = None
             self.current = None
             self._side.close()
@@ -292,10 +280,14 @@ class HandlerDriver:
                     self.current = None
                     if conn.finish_kept(request) and self._side.reading_paused:
                         self._side.resume_reading()
+                    if self._waiting:
+                        self._background.start(request)  # the response is out: its background tasks start
                     return
             stream = self._respond(request, result)
             if stream is not None:
                 yield from stream
+            if self._waiting:
+                self._background.start(request)
         except asyncio.CancelledError:
             # The handler was cancelled (by itself or by code it gave its Task to):
             # there is no answer to give; the connection closes, the Task goes on
@@ -306,6 +298,7 @@ class HandlerDriver:
             self._abandon(request)
 
     def _abandon(self, request: Request) -> None:
+        self._background.discard(request)
         request.keep_alive = False
         request.answered()
         self.current = None
@@ -390,6 +383,7 @@ class HandlerDriver:
                 )
         except Exception:
             logger.exception("streaming the response to %s %s failed", request.method, request.path)
+            self._background.discard(request)  # the response failed as if the handler had raised
             transport.abort()  # an unterminated chunked body tells the client it is incomplete
             sent = None
         if sent is None:

@@ -139,6 +139,7 @@ class Server:
         """
         loop = asyncio.get_running_loop()
         layers, routes = self._layers_and_routes()
+        self.app.background.reopen(self.limits.max_background_tasks)
         await self.app.startup(layers=layers, routes=routes)
         self._state.static_endpoints = self.app.static_endpoints()
         self._started = True
@@ -181,7 +182,8 @@ class Server:
 
     async def stop(self, timeout: float | None = None, *, idle_grace: float = 0.0) -> None:
         """Stop accepting, let requests in flight finish (up to ``timeout``, default
-        ``graceful_timeout``), close, shut down the app.
+        ``graceful_timeout``), then the background tasks (within the same deadline: those
+        left are cancelled, each logged), close, shut down the app.
 
         Connections the kernel had accepted but the server had not yet taken
         (its listen backlog) are taken and served too. An idle kept-alive
@@ -213,6 +215,7 @@ class Server:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
+        await self.app.background.drain(deadline - loop.time())
         self._state.stop()
         if self._lag is not None:
             self._lag.stop()

@@ -43,6 +43,21 @@ def test_inprocess_bench_feeds_the_ceiling_one_endpoint_at_a_time():
     assert re.findall(r"^(/\w+)\s+[\d.]+ µs/request", done.stdout, re.MULTILINE) == ["/plaintext"]
 
 
+def test_multipart_parsers_bench_prints_both_parsers_on_every_body():
+    done = subprocess.run(
+        [sys.executable, "bench/multipart_parsers.py", "--rounds", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = re.findall(r"^\| ([^|]+) \| ([\d.]+) ms \| ([\d.]+) ms \| ([\d.]+)× \|$", done.stdout, re.MULTILINE)
+    assert [row[0] for row in rows] == ["one 1 MiB file", "one 64 MiB file", "20 small fields"], done.stdout
+    assert all(float(ratio) > 0 for *_, ratio in rows)
+    assert "[3/3] 20 small fields" in done.stderr  # progress is shown
+
+
 def test_instructions_per_request_cancel_the_start_up_out():
     sys.path.insert(0, str(ROOT))
     from bench.instructions import per_request

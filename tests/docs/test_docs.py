@@ -9,11 +9,15 @@ from __future__ import annotations
 import asyncio
 import datetime
 import functools
+import hashlib
 import importlib.util
+import io
 import logging
+import os
 import re
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from types import ModuleType
@@ -24,6 +28,7 @@ import pytest
 
 import aiorest
 from aiorest.testing import TestClient
+from harness.fixtures import RedisServer, redis_answers
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -48,6 +53,16 @@ async def raw_exchange(port: int, data: bytes) -> bytes:
         return await asyncio.wait_for(reader.read(), timeout=5)
     finally:
         writer.close()
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Any:
+    """The Redis on 127.0.0.1:6379, or a throwaway redis-server on a free port."""
+    if redis_answers(6379):
+        yield "redis://127.0.0.1:6379/0"
+        return
+    with RedisServer() as server:
+        yield server.url
 
 
 # -- one exercise per example ---------------------------------------------------------
@@ -543,6 +558,28 @@ async def exercise_files(module: ModuleType, client: Any) -> None:
         assert response.headers["Cache-Control"] == "no-cache" and await response.read() == b"hello from a file\n"
 
 
+async def exercise_uploads(module: ModuleType, client: Any) -> None:
+    async with client.post("/signup", data=[("name", "Ada"), ("language", "en"), ("language", "fr")]) as response:
+        assert await response.json() == {"name": "Ada", "languages": ["en", "fr"]}
+    picture = os.urandom(3 * 1024 * 1024)  # past the server's 1 MiB: the route's own limit lets it in
+    form = aiohttp.FormData()
+    form.add_field("avatar", io.BytesIO(picture), filename="../me.png", content_type="image/png")
+    async with client.post("/avatars", data=form) as response:
+        body = await response.json()
+    digest = hashlib.sha256(picture).hexdigest()
+    # aiohttp percent-encodes the name it sends; a browser would escape only '"' and line breaks
+    assert body == {"saved": digest, "size": len(picture), "type": "image/png", "sent_as": "..%2Fme.png"}
+    saved = module.AVATARS / f"{digest}.img"
+    assert saved.read_bytes() == picture
+    saved.unlink()
+    async with client.post("/avatars", data={"avatar": "not a file"}) as response:
+        assert response.status == 400
+    form = aiohttp.FormData()
+    form.add_field("name", io.BytesIO(picture), filename="big")
+    async with client.post("/signup", data=form) as response:
+        assert response.status == 413  # the server's max_body_size
+
+
 async def exercise_auth(module: ModuleType, client: Any) -> None:
     async with client.get("/me") as response:
         assert response.status == 401
@@ -612,7 +649,60 @@ async def exercise_auth_sessions(module: ModuleType, client: Any) -> None:
         module.USERS[1] = {"id": 1, "name": "ada"}
 
 
+async def exercise_background(module: ModuleType, client: Any) -> None:
+    async with client.post("/signups", json={"email": "ada@example.com", "name": "Ada"}) as response:
+        assert response.status == 201 and await response.json() == {"email": "ada@example.com"}
+    await until_true(lambda: module.app.background.pending == 0)
+    assert module.MAILBOX == ["Welcome, Ada <ada@example.com>"]
+    assert module.AUDIT == ["signup ada@example.com"]
+    async with client.post("/newsletter", json={"email": "bob@example.com"}) as response:
+        assert response.status == 202 and await response.json() == {"welcome_mail": True}
+    await until_true(lambda: module.app.background.pending == 0)
+    assert module.MAILBOX[-1] == "Welcome, subscriber <bob@example.com>"
+    assert module.app.background.limit == 500
+
+
+async def exercise_background_arq(module: ModuleType, client: Any) -> None:
+    from arq.jobs import Job
+    from arq.worker import Worker
+
+    address = f"ada-{uuid.uuid4().hex}@example.com"
+    async with client.post(f"/signups/{address}") as response:
+        assert response.status == 202
+        assert await response.json() == {"job": f"welcome:{address}", "queued": True}
+    async with client.post(f"/signups/{address}") as response:  # a retry: the job is queued once
+        assert await response.json() == {"job": f"welcome:{address}", "queued": False}
+    # The worker: another process, on any host, in production (`arq background_arq.WorkerSettings`).
+    settings = module.WorkerSettings
+    worker = Worker(
+        functions=settings.functions,
+        redis_settings=settings.redis_settings,
+        queue_name=settings.queue_name,
+        burst=True,
+        poll_delay=0.01,
+        handle_signals=False,
+        keep_result=60,
+    )
+    try:
+        await worker.main()
+        job = Job(f"welcome:{address}", module.app.state.jobs, _queue_name=settings.queue_name)
+        assert await job.result(timeout=5) == f"welcome mail sent to {address}"
+        assert worker.jobs_complete == 1 and worker.jobs_failed == 0
+    finally:
+        await worker.pool.aclose()  # not worker.close(): arq 0.28 calls redis' deprecated close()
+
+
+async def until_true(condition: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out waiting")
+
+
 EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
+    "background": exercise_background,
+    "background_arq": exercise_background_arq,
     "behind_proxy": exercise_behind_proxy,
     "inventory": exercise_inventory,
     "aiopg_pool": exercise_aiopg_pool,
@@ -634,6 +724,7 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "cors": exercise_cors,
     "compression": exercise_compression,
     "files": exercise_files,
+    "uploads": exercise_uploads,
     "idempotency": exercise_idempotency,
     "auth": exercise_auth,
     "auth_sessions": exercise_auth_sessions,
@@ -656,6 +747,8 @@ async def test_example(
     if name in ("inventory", "aiopg_pool"):  # needs PostgreSQL: a fresh database, through $DATABASE_URL
         monkeypatch = request.getfixturevalue("monkeypatch")
         monkeypatch.setenv("DATABASE_URL", request.getfixturevalue("database_url"))
+    if name == "background_arq":  # needs Redis, through $REDIS_URL
+        request.getfixturevalue("monkeypatch").setenv("REDIS_URL", request.getfixturevalue("redis_url"))
     module = load_example(name)
     assert isinstance(module.app, aiorest.App), f"docs/examples/{name}.py must define an App named app"
     exercise = EXERCISES[name]

@@ -23,7 +23,9 @@ from tests.rawclient import read_response
 BOUNDARY = "aiorestTestBoundary1234"
 
 
-def multipart_body(*parts: tuple[str, bytes, str | None], boundary: str = BOUNDARY, preamble=b"", epilogue=b"") -> bytes:
+def multipart_body(
+    *parts: tuple[str, bytes, str | None], boundary: str = BOUNDARY, preamble=b"", epilogue=b""
+) -> bytes:
     """A multipart/form-data body of (name, value, filename or None) parts."""
     out = [preamble]
     for name, value, filename in parts:
@@ -164,7 +166,12 @@ async def test_save_copies_the_file(aiorest_client, tmp_path):
         (FormLimits(max_field_size=10), multipart_body(("f", b"x" * 11, None)), 413, "max_field_size"),
         (FormLimits(max_file_size=10), multipart_body(("f", b"x" * 11, "f.bin")), 413, "max_file_size"),
         (FormLimits(max_memory=100), multipart_body(*[("f", b"x" * 60, None)] * 2), 413, "max_memory"),
-        (FormLimits(max_preamble=10), multipart_body(("f", b"v", None), preamble=b"p" * 200 + b"\r\n"), 413, "max_preamble"),
+        (
+            FormLimits(max_preamble=10),
+            multipart_body(("f", b"v", None), preamble=b"p" * 200 + b"\r\n"),
+            413,
+            "max_preamble",
+        ),
         (FormLimits(max_boundary=10), multipart_body(("f", b"v", None)), 400, "max_boundary"),
     ],
     ids=lambda value: value if isinstance(value, str) and value.startswith("max_") else "",
@@ -192,7 +199,7 @@ async def test_the_epilogue_is_bounded(aiorest_client, tmp_path):
     body = multipart_body(("f", b"v", None))
     reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
     try:  # the body, then an epilogue of 2,000 bytes in a later read
-        writer.write(raw_post("/form", body + b"e" * 2000)[: -2000])
+        writer.write(raw_post("/form", body + b"e" * 2000)[:-2000])
         await writer.drain()
         await asyncio.sleep(0.2)
         writer.write(b"e" * 2000)
@@ -207,7 +214,11 @@ async def test_the_epilogue_is_bounded(aiorest_client, tmp_path):
 async def test_urlencoded_limits(aiorest_client, tmp_path):
     client = await aiorest_client(forms_app(tmp_path, FormLimits(max_fields=3, max_field_size=5, max_memory=100)))
     urlencoded = "application/x-www-form-urlencoded"
-    for body, named in ((b"a=1&b=2&c=3&d=4", "max_fields"), (b"a=123456", "max_field_size"), (b"a=" + b"1" * 200, "max_memory")):
+    for body, named in (
+        (b"a=1&b=2&c=3&d=4", "max_fields"),
+        (b"a=123456", "max_field_size"),
+        (b"a=" + b"1" * 200, "max_memory"),
+    ):
         response = await send(client.port, raw_post("/form", body, urlencoded))
         assert response.status == 413 and named in response.json()["error"]["message"], body
 
@@ -215,7 +226,7 @@ async def test_urlencoded_limits(aiorest_client, tmp_path):
 @pytest.mark.parametrize(
     ("body", "content_type", "status"),
     [
-        (b"--" + BOUNDARY.encode() + b"\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\nv", None, 400),  # no end
+        (b"--" + BOUNDARY.encode() + b'\r\nContent-Disposition: form-data; name="f"\r\n\r\nv', None, 400),  # no end
         (b"garbage without a boundary", None, 400),
         (multipart_body(("f", b"\xff\xfe", None)), None, 400),  # a field that is not UTF-8
         (b"a=%ff", "application/x-www-form-urlencoded", 400),
@@ -226,7 +237,9 @@ async def test_urlencoded_limits(aiorest_client, tmp_path):
 )
 async def test_malformed_forms_get_a_clear_4xx(aiorest_client, tmp_path, body, content_type, status):
     client = await aiorest_client(forms_app(tmp_path))
-    response = await send(client.port, raw_post("/form", body, content_type or f"multipart/form-data; boundary={BOUNDARY}"))
+    response = await send(
+        client.port, raw_post("/form", body, content_type or f"multipart/form-data; boundary={BOUNDARY}")
+    )
     assert response.status == status, response.body
     assert response.json()["error"]["status"] == status
 

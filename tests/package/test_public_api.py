@@ -114,6 +114,9 @@ DOCUMENTED = {
         "FormLimits",
         "UploadFile",
         "Uploads",
+        "BackgroundTasks",
+        "BackgroundTasksFull",
+        "RequestTasks",
     ],
     "aiorest.ops": ["Admission", "HealthProbes", "Metrics", "prepare_multiprocess_dir", "worker_exited"],
     "aiorest.testing": ["TestClient", "AiorestTestServer"],
@@ -200,6 +203,7 @@ def test_a_package_hands_out_the_defining_objects():
     assert importlib.import_module("aiorest.http").HTTPError is HTTPError is aiorest.HTTPError
     assert importlib.import_module("aiorest.security").Auth is Auth
     assert aiorest.Request is importlib.import_module("aiorest.http.request").Request
+    assert aiorest.BackgroundTasksFull is importlib.import_module("aiorest.http").BackgroundTasksFull
 
 
 def test_entry_points():
