@@ -23,7 +23,8 @@ from aiorest.db import Database, migrate
 from aiorest.middleware.sessions import SessionStore
 from aiorest.security import LimitStore, PostgresLimitStore, RedisLimitStore, identity
 
-from . import users
+from . import attachments, users
+from .attachments import router as attachments_router
 from .notes import router as notes_router
 from .techempower import router as techempower_router
 
@@ -66,6 +67,7 @@ def create_app(database: Database | None = None) -> App:
     if limits is not None:  # /readyz (--health) checks it; the session store is its middleware's
         app.readiness.add("limit store", limits.ping)
     users.setup(app, limits)
+    attachments.setup(app)
     # The users and the notes know the caller: a session (kept in PostgreSQL or Redis) or a
     # bearer token. The TechEmpower routes stay outside, and pay for neither. A POST or PATCH
     # of a note with an Idempotency-Key runs once (docs/idempotency.rst): its writes and its
@@ -77,6 +79,7 @@ def create_app(database: Database | None = None) -> App:
     accounts.include(users.router)
     keyed = Router(middleware=[idempotency])
     keyed.include(notes_router)
+    keyed.include(attachments_router)  # without the notes' compression: files are served as they are
     accounts.include(keyed)
     app.include(accounts)
     app.include(techempower_router)

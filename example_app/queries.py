@@ -12,6 +12,7 @@ the notes' next page), which both sides apply alike.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -131,6 +132,44 @@ def write_if_expected(
         "SELECT found, written.* FROM locked LEFT JOIN written ON true"
     )
     return sql, (note_id, owner_id, *params, *versions)
+
+
+# -- attachments -------------------------------------------------------------------------
+
+ATTACHMENT_COLUMNS = "id, note_id, filename, content_type, size, sha256, created_at, verified_at"
+# The upload's transaction: the note (kept from being deleted meanwhile), then the owner's row,
+# locked so that two uploads of one user count their quota one after the other (NO KEY: a note
+# inserted meanwhile, whose foreign key takes KEY SHARE on the user, does not wait).
+LOCK_NOTE_FOR_ATTACHMENT = "SELECT id FROM notes WHERE id = %s AND owner_id = %s FOR KEY SHARE"
+LOCK_USER_QUOTA = (
+    "SELECT coalesce((SELECT sum(size) FROM attachments WHERE owner_id = users.id), 0) AS used"
+    " FROM users WHERE id = %s FOR NO KEY UPDATE"
+)
+INSERT_ATTACHMENT = (
+    "INSERT INTO attachments (note_id, owner_id, filename, content_type, size, chunk_size)"
+    " VALUES (%s, %s, %s, %s, %s, %s) RETURNING id"
+)
+INSERT_CHUNK = "INSERT INTO attachment_chunks (attachment_id, seq, data) VALUES (%s, %s, %s)"
+SEAL_ATTACHMENT = f"UPDATE attachments SET sha256 = %s WHERE id = %s RETURNING {ATTACHMENT_COLUMNS}"
+SELECT_ATTACHMENTS = (
+    f"SELECT {ATTACHMENT_COLUMNS} FROM attachments WHERE note_id = %s AND owner_id = %s ORDER BY id LIMIT %s"
+)
+SELECT_ATTACHMENT = (
+    f"SELECT {ATTACHMENT_COLUMNS}, chunk_size FROM attachments WHERE id = %s AND note_id = %s AND owner_id = %s"
+)
+# substring() of a chunk stored uncompressed reads only the pieces it needs (1-based offset).
+SELECT_CHUNK = "SELECT substring(data FROM %s FOR %s) FROM attachment_chunks WHERE attachment_id = %s AND seq = %s"
+DELETE_ATTACHMENT = "DELETE FROM attachments WHERE id = %s AND note_id = %s AND owner_id = %s"
+VERIFY_ATTACHMENT = "UPDATE attachments SET verified_at = now() WHERE id = %s AND sha256 = %s"
+ATTACHMENT_FOR_CHECK = "SELECT size, chunk_size, sha256 FROM attachments WHERE id = %s"
+
+
+def chunk_reads(first: int, last: int, chunk_size: int) -> Iterator[tuple[int, int, int]]:
+    """The chunks holding bytes ``first`` to ``last`` (inclusive), in order: (seq, 1-based offset, length) each."""
+    for seq in range(first // chunk_size, last // chunk_size + 1):
+        start = max(first, seq * chunk_size)
+        end = min(last, (seq + 1) * chunk_size - 1)
+        yield seq, start - seq * chunk_size + 1, end - start + 1
 
 
 # -- TechEmpower ---------------------------------------------------------------------------

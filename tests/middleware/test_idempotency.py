@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import io
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -390,3 +391,47 @@ async def test_expired_keys_are_swept_as_fast_as_keys_are_kept(pg_database: Data
         await asyncio.create_task(keep())
     expired = await pg_database.fetchval("SELECT count(*) FROM aiorest_idempotency WHERE expires_at <= now()")
     assert expired == 0
+
+
+def _multipart(boundary: str, data: bytes, filename: str = "a.bin", title: str = "t") -> tuple[bytes, dict[str, str]]:
+    body = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="title"\r\n\r\n{title}\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n"
+    ).encode() + data + f"\r\n--{boundary}--\r\n".encode()
+    return body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+
+
+async def test_a_form_is_fingerprinted_by_its_contents_not_its_boundary(aiorest_client: Any) -> None:
+    # Each client encodes a retried form with a fresh random boundary: the same file in other
+    # bytes. The fingerprint reads the form (its files from disk, a chunk at a time), never
+    # the raw body, which for an upload past the server's own limit would be read whole.
+    app = App()
+    app.add_middleware(Idempotency(MemoryIdempotencyStore(), scope=lambda request: ""))
+    runs: list[int] = []
+
+    @app.post("/files", status=201, max_body_size=8 << 20)
+    async def upload(request: Request) -> dict[str, Any]:
+        form = await request.form()
+        file = form["file"]
+        runs.append(file.size)
+        return {"size": file.size, "head": (await file.read(4)).hex()}
+
+    client = await aiorest_client(app)
+    data = os.urandom(3 << 20)
+    headers = key()
+    for boundary in ("first-boundary", "another-one"):
+        body, content_type = _multipart(boundary, data)
+        async with client.post("/files", data=io.BytesIO(body), headers={**headers, **content_type}) as response:
+            assert response.status == 201, await response.text()
+            assert await response.json() == {"size": len(data), "head": data[:4].hex()}
+    assert runs == [len(data)]
+    assert response.headers["Idempotent-Replayed"] == "true"
+    for body, content_type in (
+        _multipart("b", data[:-1] + b"!"),
+        _multipart("b", data, filename="b.bin"),
+        _multipart("b", data, title="u"),
+    ):
+        async with client.post("/files", data=io.BytesIO(body), headers={**headers, **content_type}) as response:
+            assert response.status == 422, await response.text()
+    assert runs == [len(data)]

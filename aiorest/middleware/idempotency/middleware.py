@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 from ...http.exceptions import HTTPBadRequest, HTTPConflict, HTTPUnprocessableEntity
 from ...http.response import Response, StreamResponse
 from ...routing.metadata import is_idempotency_exempt, mark_idempotency_exempt
+from .fingerprint import fingerprint as request_fingerprint
 from .stores import IdempotencyStore, Stored
 
 if TYPE_CHECKING:
@@ -45,11 +46,6 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 #: An answer with one of these response headers carries a credential: it is never kept, so
 #: that no store holds it and no replay hands it out again (the key is let go, the writes stand).
 SECRET_HEADERS = frozenset({"set-cookie", "authentication-info", "proxy-authentication-info"})
-# RFC 9110, 13.1: the conditional request headers. A write made under another precondition
-# is another request, and must not get the answer given to the first.
-_PRECONDITIONS = (b"if-match", b"if-none-match", b"if-modified-since", b"if-unmodified-since", b"if-range")
-# What the body's bytes mean: the same bytes as another type or coding are another body.
-_BODY_HEADERS = (b"content-type", b"content-encoding")
 
 # The draft makes the field an sf-string: a quoted string of printable ASCII. A bare token (what
 # most clients send: a UUID) is accepted too. Neither may hold a quote or a backslash here.
@@ -91,7 +87,8 @@ class Idempotency:
     deduplicated). A key is 1 to ``max_key_length`` printable ASCII characters,
     else 400. The request's fingerprint is the SHA-256 of its method, its route and
     resolved path parameters (``/notes/07`` is ``/notes/7``), its query, its body
-    with its Content-Type and Content-Encoding, and its precondition headers
+    with its Content-Type and Content-Encoding (a multipart form: its fields and
+    files, read as a form, whatever its boundary), and its precondition headers
     (``If-Match``...): the same key on another request is 422.
 
     A key is claimed in ``store`` before the handler runs, and the answer kept for
@@ -182,7 +179,7 @@ class Idempotency:
         if scope is None:
             return await handler(request)  # type: ignore[no-any-return]
         key = self._key(values)
-        fingerprint = await _fingerprint(request)
+        fingerprint = await request_fingerprint(request)
         # Scoped by the scope alone, as Stripe's keys are by account: the same key on another
         # route is the same key, and its other fingerprint answers 422.
         scoped = hashlib.sha256(f"{scope}\0{key}".encode()).hexdigest()
@@ -256,19 +253,6 @@ class Idempotency:
         elif body or response.media_type != "application/octet-stream":
             headers.insert(0, ("content-type", response.media_type))
         return Stored(fingerprint, response.status, tuple(headers), body)
-
-
-async def _fingerprint(request: Request) -> str:
-    """What makes the request what it is, hashed: method, route and path parameters, query, body, preconditions."""
-    template = request.route_template
-    # Resolved: /notes/07 and /notes/7 are the one note 7, by the route's convertors.
-    params = sorted((name, repr(value)) for name, value in request.path_params.items())
-    target = request.path if template is None else f"{template}\0{params!r}"
-    digest = hashlib.sha256(f"{request.method}\0{target}\0{request.query_string}\0".encode())
-    for name in (*_BODY_HEADERS, *_PRECONDITIONS):
-        digest.update(b"\0".join(value.encode() for value in request.header_values(name)) + b"\n")
-    digest.update(await request.read())
-    return digest.hexdigest()
 
 
 def _secret(response: Response) -> bool:

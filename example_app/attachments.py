@@ -1,0 +1,358 @@
+"""Files attached to notes: upload (multipart), list, download (ranges, ETag, 304), delete.
+
+The files live in PostgreSQL (migrations/0004_attachments.sql), cut into chunks
+of 256 KiB, so that every host of a cluster serves every attachment and a
+backup of the database holds them. Neither way does a file sit whole in memory:
+
+* **Upload.** ``POST /notes/{id}/attachments`` takes a ``multipart/form-data``
+  form whose ``file`` part is the file. The route's own ``max_body_size`` lets
+  it past the server's 1 MiB; aiorest spools the part to an anonymous temporary
+  file as it arrives (docs/forms.rst); then one transaction locks the owner's
+  row, checks the quota, and copies the file into ``attachment_chunks`` a chunk
+  at a time, hashing it on the way. 201 with the attachment. An
+  ``Idempotency-Key`` (the notes' middleware, example_app/app.py) makes a
+  retried upload store nothing twice: its answer is replayed.
+* **Download.** ``GET /notes/{id}/attachments/{aid}`` streams the chunks from
+  PostgreSQL one query at a time, holding a pool connection only while a chunk
+  is read. Its ``ETag`` is the file's SHA-256 (strong, so ``If-Range`` works):
+  304 to a matching ``If-None-Match``, one ``Range`` answered 206 reading only
+  the chunks it covers (several ranges: the whole file, 200; none satisfiable:
+  416). HEAD answers the head alone.
+* **Quota.** The sizes of a user's attachments add up to at most their quota
+  (``ATTACHMENT_QUOTA`` bytes, default 512 MiB); an upload past it is 413 and
+  names it. A file is at most ``ATTACHMENT_MAX_SIZE`` bytes (default 256 MiB).
+* **After the response.** A background task reads the stored chunks back,
+  hashes them, and sets ``verified_at`` when they are the bytes received.
+
+A note of another user is 404, as the notes answer.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import logging
+import os
+import re
+import unicodedata
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from msgspec import Meta, Struct
+
+from aiorest import (
+    App,
+    BackgroundTasksFull,
+    FormLimits,
+    HTTPError,
+    HTTPNotFound,
+    HTTPNotModified,
+    HTTPPayloadTooLarge,
+    HTTPUnprocessableEntity,
+    Request,
+    Router,
+    StreamResponse,
+    UploadFile,
+)
+from aiorest.db import Database
+from aiorest.http import check_preconditions
+from aiorest.security import identity, login_required
+from aiorest.typed import raises
+
+from . import queries
+from .queries import MAX_ID
+
+logger = logging.getLogger("example_app.attachments")
+
+_MiB = 1024 * 1024
+#: Bytes of one stored chunk: a chunk is the most of a file in memory at once, either way.
+CHUNK_SIZE = 256 * 1024
+#: Bytes of one file at most (``ATTACHMENT_MAX_SIZE``); past it the upload is 413.
+MAX_SIZE = int(os.environ.get("ATTACHMENT_MAX_SIZE", str(256 * _MiB)))
+#: What the form adds to the file: its boundaries and part headers, a few hundred bytes.
+FORM_OVERHEAD = 64 * 1024
+#: The upload route's own body limit; deploy/nginx/aiorest.conf's client_max_body_size for it is 257m.
+MAX_BODY = MAX_SIZE + FORM_OVERHEAD
+#: A user's attachments together, in bytes, unless ``ATTACHMENT_QUOTA`` says (see :func:`setup`).
+DEFAULT_QUOTA = 512 * _MiB
+#: Attachments a listing shows at most.
+MAX_LISTED = 1000
+
+# One file and a few fields (none used); the file as large as the route allows.
+_FORM_LIMITS = FormLimits(max_parts=8, max_fields=7, max_files=1, max_file_size=MAX_SIZE)
+# What a client's Content-Type must look like to be sent back as ours (else application/octet-stream).
+_MEDIA_TYPE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,62}/[a-z0-9][a-z0-9!#$&^_.+-]{0,62}$")
+
+router = Router()
+
+
+class Attachment(Struct):
+    """A file attached to a note. ``sha256`` (hex) is its ETag; ``verified_at`` is set once the
+    stored chunks were read back and found to be the bytes received."""
+
+    id: int
+    note_id: int
+    filename: str
+    content_type: str
+    size: int
+    sha256: str
+    created_at: datetime.datetime
+    verified_at: datetime.datetime | None
+    url: str
+
+
+def setup(app: App) -> None:
+    """The app's quota per user: ``ATTACHMENT_QUOTA`` bytes, default 512 MiB (``app.state.attachment_quota``)."""
+    quota = int(os.environ.get("ATTACHMENT_QUOTA", str(DEFAULT_QUOTA)))
+    if quota < 0:
+        raise ValueError(f"ATTACHMENT_QUOTA is a number of bytes, 0 or more, not {quota}")
+    app.state.attachment_quota = quota
+
+
+def _db(request: Request) -> Database:
+    db: Database = request.app.state.db
+    return db
+
+
+async def _owner(request: Request) -> int:
+    owner: int = (await identity(request)).id
+    return owner
+
+
+def _ids(*ids: int) -> None:
+    """Path ids past the columns' range name nothing."""
+    if any(value > MAX_ID for value in ids):
+        raise HTTPNotFound("no such attachment")
+
+
+def _attachment(request: Request, row: dict[str, Any]) -> Attachment:
+    url = request.url_for("attachment", note_id=row["note_id"], attachment_id=row["id"])
+    return Attachment(
+        row["id"],
+        row["note_id"],
+        row["filename"],
+        row["content_type"],
+        row["size"],
+        bytes(row["sha256"]).hex(),
+        row["created_at"],
+        row["verified_at"],
+        url,
+    )
+
+
+@router.post("/notes/{note_id:int}/attachments", status=201, max_body_size=MAX_BODY)
+@raises(HTTPPayloadTooLarge, HTTPUnprocessableEntity)
+@login_required
+async def upload_attachment(request: Request, note_id: int) -> Attachment:
+    """Attach the form's ``file`` part (multipart/form-data) to a note of the caller's: 201.
+
+    413 past the file size or the caller's quota, each named; 422 without a ``file`` part.
+    Send an ``Idempotency-Key`` to retry safely: a repeat stores nothing and gets the first answer.
+    """
+    _ids(note_id)
+    form = await request.form(limits=_FORM_LIMITS)
+    upload = form.get("file")
+    if not isinstance(upload, UploadFile):
+        raise HTTPUnprocessableEntity(
+            "send the file as the part named 'file' of a multipart/form-data form",
+            details=[{"location": "body.file", "message": "missing"}],
+        )
+    if upload.size > MAX_SIZE:  # the form may have been read before, with the app's limits
+        raise HTTPPayloadTooLarge(
+            f"a file is at most {MAX_SIZE} bytes (ATTACHMENT_MAX_SIZE)", details={"max_size": MAX_SIZE}
+        )
+    owner = await _owner(request)
+    quota: int = request.app.state.attachment_quota
+    database = _db(request)
+    async with database.transaction() as tx:
+        if await tx.fetchone(queries.LOCK_NOTE_FOR_ATTACHMENT, (note_id, owner)) is None:
+            raise HTTPNotFound("no such note")
+        used = await tx.fetchval(queries.LOCK_USER_QUOTA, (owner,))
+        if used + upload.size > quota:
+            raise HTTPPayloadTooLarge(
+                f"this file ({upload.size} bytes) would take your attachments past your quota"
+                f" of {quota} bytes ({used} used; ATTACHMENT_QUOTA): delete some first",
+                details={"quota": quota, "used": used, "size": upload.size},
+            )
+        attachment_id = await tx.fetchval(
+            queries.INSERT_ATTACHMENT,
+            (note_id, owner, display_name(upload.filename), media_type(upload.content_type), upload.size, CHUNK_SIZE),
+        )
+        digest = hashlib.sha256()
+        seq = 0
+        async for chunk in fixed_chunks(upload, CHUNK_SIZE):
+            digest.update(chunk)
+            await tx.execute(queries.INSERT_CHUNK, (attachment_id, seq, chunk))
+            seq += 1
+        row = await tx.fetchone(queries.SEAL_ATTACHMENT, (digest.digest(), attachment_id))
+    assert row is not None
+    try:
+        request.background.add(verify_attachment, database, attachment_id)
+    except BackgroundTasksFull:  # the check is a bonus: the upload stands without it
+        logger.warning("attachment %d stored; its check after the response was skipped (busy)", attachment_id)
+    return _attachment(request, row)
+
+
+async def fixed_chunks(upload: UploadFile, size: int) -> AsyncIterator[bytes]:
+    """The upload from its beginning in chunks of exactly ``size`` bytes (the last one shorter)."""
+    pending = bytearray()
+    async for piece in upload.chunks(size):
+        pending += piece
+        while len(pending) >= size:
+            yield bytes(pending[:size])
+            del pending[:size]
+    if pending:
+        yield bytes(pending)
+
+
+@router.get("/notes/{note_id:int}/attachments")
+@login_required
+async def list_attachments(request: Request, note_id: int) -> list[Attachment]:
+    """The attachments of a note of the caller's, oldest first (at most 1000); 404 for no such note."""
+    _ids(note_id)
+    owner = await _owner(request)
+    database = _db(request)
+    rows = await database.fetchall(queries.SELECT_ATTACHMENTS, (note_id, owner, MAX_LISTED))
+    if not rows and await database.fetchone(queries.SELECT_NOTE, (note_id, owner)) is None:
+        raise HTTPNotFound("no such note")
+    return [_attachment(request, row) for row in rows]
+
+
+class HTTPRangeNotSatisfiable(HTTPError):
+    """416: no byte of the ``Range`` asked for is in the file; ``Content-Range`` gives its size."""
+
+    status = 416
+
+
+@router.get("/notes/{note_id:int}/attachments/{attachment_id:int}", name="attachment")
+@raises(HTTPNotModified, HTTPRangeNotSatisfiable)
+@login_required
+async def download_attachment(request: Request, note_id: int, attachment_id: int) -> StreamResponse:
+    """The file, streamed from PostgreSQL; ``ETag`` its SHA-256, 304 when ``If-None-Match`` names it.
+
+    One ``Range`` (``bytes=0-99``, ``bytes=100-``, ``bytes=-100``) is answered 206 with that
+    part (``If-Range`` with the ETag honoured), 416 when no byte of it is in the file;
+    several ranges get the whole file.
+    """
+    _ids(note_id, attachment_id)
+    database = _db(request)
+    row = await database.fetchone(queries.SELECT_ATTACHMENT, (attachment_id, note_id, await _owner(request)))
+    if row is None:
+        raise HTTPNotFound("no such attachment")
+    etag = f'"{bytes(row["sha256"]).hex()}"'
+    size = row["size"]
+    headers = {
+        "ETag": etag,
+        "Accept-Ranges": "bytes",
+        "Content-Disposition": content_disposition(row["filename"]),
+        # Served as a download of the type its uploader claimed: no browser may guess another (HTML, say).
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "private, no-cache",
+    }
+    check_preconditions(request, etag=etag, headers=headers)  # 304, or 412 for a failing If-Match
+    status, first, last = 200, 0, size - 1
+    asked = request.headers.get("Range")
+    if_range = request.headers.get("If-Range")
+    if asked is not None and (if_range is None or if_range.strip() == etag):
+        span = byte_range(asked, size)
+        if span == "unsatisfiable":
+            raise HTTPRangeNotSatisfiable(
+                "no byte of this Range is in the file", headers={"Content-Range": f"bytes */{size}"}
+            )
+        if span is not None:
+            status, (first, last) = 206, span
+            headers["Content-Range"] = f"bytes {first}-{last}/{size}"
+    content = stream_chunks(database, attachment_id, first, last, row["chunk_size"])
+    return StreamResponse(content, status, headers, row["content_type"])
+
+
+async def stream_chunks(
+    database: Database, attachment_id: int, first: int, last: int, chunk_size: int
+) -> AsyncIterator[bytes]:
+    """Bytes ``first`` to ``last`` of an attachment, a chunk (one query) at a time, only the chunks they cover.
+
+    An attachment deleted meanwhile ends the stream with an error: the server cuts the
+    response short, and the client sees it incomplete.
+    """
+    if last < first:  # an empty file
+        return
+    for seq, offset, length in queries.chunk_reads(first, last, chunk_size):
+        data = await database.fetchval(queries.SELECT_CHUNK, (offset, length, attachment_id, seq))
+        if data is None or len(data) != length:
+            raise RuntimeError(f"attachment {attachment_id} lost its chunk {seq} while it was sent")
+        yield bytes(data)
+
+
+@router.delete("/notes/{note_id:int}/attachments/{attachment_id:int}", status=204)
+@login_required
+async def delete_attachment(request: Request, note_id: int, attachment_id: int) -> None:
+    """Delete an attachment (its chunks with it); its bytes leave the caller's quota. 404 when there is none."""
+    _ids(note_id, attachment_id)
+    deleted = await _db(request).execute(queries.DELETE_ATTACHMENT, (attachment_id, note_id, await _owner(request)))
+    if not deleted:
+        raise HTTPNotFound("no such attachment")
+
+
+async def verify_attachment(database: Database, attachment_id: int) -> None:
+    """After the upload's response: read the stored chunks back, and set ``verified_at`` if they hash
+    to the SHA-256 of the bytes received. A mismatch is logged as an error and leaves it unset."""
+    row = await database.fetchone(queries.ATTACHMENT_FOR_CHECK, (attachment_id,))
+    if row is None:  # deleted already
+        return
+    digest = hashlib.sha256()
+    async for chunk in stream_chunks(database, attachment_id, 0, row["size"] - 1, row["chunk_size"]):
+        digest.update(chunk)
+    if digest.digest() != bytes(row["sha256"]):
+        logger.error("attachment %d: the stored chunks do not hash to the SHA-256 of the upload", attachment_id)
+        return
+    await database.execute(queries.VERIFY_ATTACHMENT, (attachment_id, digest.digest()))
+
+
+# -- the headers -------------------------------------------------------------------------
+
+
+def display_name(filename: str | None) -> str:
+    """The client's file name as shown and sent back: its last path segment (some browsers send
+    ``C:\\Users\\...``), without control characters, at most 255 characters; ``attachment`` if none is left."""
+    name = re.split(r"[/\\]", filename or "")[-1]
+    name = "".join(char for char in name if unicodedata.category(char)[0] != "C").strip()
+    return name[:255] or "attachment"
+
+
+def media_type(content_type: str) -> str:
+    """The part's declared type if it is a plain ``type/subtype`` (parameters dropped), else ``application/octet-stream``."""
+    base = content_type.partition(";")[0].strip().lower()
+    return base if _MEDIA_TYPE.match(base) else "application/octet-stream"
+
+
+def content_disposition(filename: str) -> str:
+    """``attachment`` with the name twice (RFC 6266): ``filename`` in ASCII for old clients,
+    ``filename*`` in UTF-8, percent-encoded, for the others."""
+    fallback = "".join(char if " " <= char <= "~" and char not in '"\\%' else "_" for char in filename)
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
+
+
+def byte_range(header: str, size: int) -> tuple[int, int] | str | None:
+    """The one range of a ``Range`` value as (first, last), inclusive (RFC 9110, 14.1.2).
+
+    None: answer the whole file (not one ``bytes`` range we read, or several ranges,
+    which a server may ignore); ``"unsatisfiable"``: no byte of it is in the file (416).
+    """
+    unit, _, spec = header.partition("=")
+    if unit.strip().lower() != "bytes" or "," in spec:
+        return None
+    first_text, dash, last_text = (part.strip() for part in spec.partition("-"))
+    if not dash or not all(text.isascii() and text.isdigit() for text in (first_text, last_text) if text):
+        return None
+    if not first_text:  # a suffix: the last N bytes
+        if not last_text:
+            return None
+        length = int(last_text)
+        return (max(size - length, 0), size - 1) if length and size else "unsatisfiable"
+    first = int(first_text)
+    if last_text and int(last_text) < first:
+        return None  # invalid: the header is ignored
+    if first >= size:
+        return "unsatisfiable"
+    return first, min(int(last_text), size - 1) if last_text else size - 1
