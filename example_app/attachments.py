@@ -36,10 +36,10 @@ import os
 import re
 import unicodedata
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import quote
 
-from msgspec import Meta, Struct
+from msgspec import Struct
 
 from aiorest import (
     App,
@@ -70,9 +70,9 @@ _MiB = 1024 * 1024
 CHUNK_SIZE = 256 * 1024
 #: Bytes of one file at most (``ATTACHMENT_MAX_SIZE``); past it the upload is 413.
 MAX_SIZE = int(os.environ.get("ATTACHMENT_MAX_SIZE", str(256 * _MiB)))
-#: What the form adds to the file: its boundaries and part headers, a few hundred bytes.
-FORM_OVERHEAD = 64 * 1024
-#: The upload route's own body limit; deploy/nginx/aiorest.conf's client_max_body_size for it is 257m.
+#: What the form may add to the file: its boundaries and part headers (a few hundred bytes), small fields.
+FORM_OVERHEAD = _MiB
+#: The upload route's own body limit: deploy/nginx/aiorest.conf's client_max_body_size for it (257m) is the same.
 MAX_BODY = MAX_SIZE + FORM_OVERHEAD
 #: A user's attachments together, in bytes, unless ``ATTACHMENT_QUOTA`` says (see :func:`setup`).
 DEFAULT_QUOTA = 512 * _MiB
@@ -321,7 +321,8 @@ def display_name(filename: str | None) -> str:
 
 
 def media_type(content_type: str) -> str:
-    """The part's declared type if it is a plain ``type/subtype`` (parameters dropped), else ``application/octet-stream``."""
+    """The part's declared type if it is a plain ``type/subtype`` (parameters dropped), else
+    ``application/octet-stream``."""
     base = content_type.partition(";")[0].strip().lower()
     return base if _MEDIA_TYPE.match(base) else "application/octet-stream"
 

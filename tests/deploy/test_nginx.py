@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import http.client
+import io
 import json
+import os
 import re
 import signal
 import socket
@@ -14,6 +16,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
+import aiohttp
 import pytest
 
 from harness.fixtures import APP, aiorest_process, nginx  # noqa: F401  (fixtures)
@@ -182,3 +185,97 @@ def test_a_post_already_sent_is_not_passed_on_but_a_get_is(nginx, aiorest_proces
     # The POST may have run on the primary: nginx does not run it again (no `non_idempotent`).
     assert post_status == 502 and json.loads(post_body)["error"]["status"] == 502
     assert get_status == 200 and json.loads(get_body)["pid"] == backup.pid
+
+
+def _memory(pid: int, field: str) -> int:
+    """``VmRSS`` (resident now) or ``VmHWM`` (its peak) of a process, in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def _reset_peak(pid: int) -> int:
+    """Start the process's peak resident memory over from now (Linux 4.0+); returns what is resident."""
+    with open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+    return _memory(pid, "VmRSS")
+
+
+async def test_a_large_attachment_goes_up_and_comes_back_in_ranges_through_nginx(
+    nginx,  # noqa: F811
+    aiorest_process,  # noqa: F811
+    database_url,
+    tmp_path,
+):
+    env = dict(os.environ, DATABASE_URL=database_url, DATABASE_POOL_MAX="4", DATABASE_POOL_MIN="1")
+    # Two hosts of one cluster on one database, one after the other: the first applies the migrations.
+    hosts = [aiorest_process("example_app.app:app", env=env, ready_path="/json") for _ in range(2)]
+    nginx.start([host.upstream for host in hosts])
+    path = tmp_path / "upload.bin"
+    size = 40 * 1024 * 1024 + 4321
+    digest = hashlib.sha256()
+    with path.open("wb") as file:
+        for block in (os.urandom(1 << 20) for _ in range(size >> 20)):
+            digest.update(block)
+            file.write(block)
+        tail = os.urandom(size - (size >> 20 << 20))
+        digest.update(tail)
+        file.write(tail)
+    async with aiohttp.ClientSession(nginx.url) as client:
+        user = {"username": "u" + os.urandom(6).hex(), "password": "correct horse battery"}
+        async with client.post("/users", json=user) as response:
+            assert response.status == 201
+        async with client.post("/tokens", json=user) as response:
+            auth = {"Authorization": f"Bearer {(await response.json())['token']}"}
+        async with client.post("/notes", json={"title": "with a file"}, headers=auth) as response:
+            note = await response.json()
+        # From after the logins on: argon2id takes 64 MiB of memory for each password it hashes.
+        before = {host.pid: _reset_peak(host.pid) for host in hosts}
+
+        # Elsewhere the body limit stays nginx's small default: 413 from nginx, in aiorest's shape.
+        async with client.post("/notes", data=io.BytesIO(b"x" * (2 << 20)), headers=auth) as response:
+            assert response.status == 413 and (await response.json())["error"]["status"] == 413
+            assert "X-Request-ID" not in response.headers  # nginx's answer: aiorest never saw it
+
+        # Past client_body_buffer_size (128k), a body nginx buffers goes to a temporary file first.
+        async with client.post(
+            "/notes", data=io.BytesIO(b"{" * 600_000), headers={**auth, "Content-Type": "application/json"}
+        ) as response:
+            assert response.status == 400
+
+        form = aiohttp.FormData()
+        with path.open("rb") as file:
+            form.add_field("file", file, filename="upload.bin", content_type="application/octet-stream")
+            async with client.post(f"/notes/{note['id']}/attachments", data=form, headers=auth) as response:
+                assert response.status == 201, await response.text()
+                attachment = await response.json()
+        assert attachment["size"] == size and attachment["sha256"] == digest.hexdigest()
+        # The upload was not: proxy_request_buffering off streamed it to aiorest as it came.
+        buffered = [line for line in nginx.error_log().splitlines() if "buffered to a temporary file" in line]
+        assert any('"POST /notes HTTP/1.1"' in line for line in buffered), buffered
+        assert not any("/attachments" in line for line in buffered), buffered
+
+        async with client.get(attachment["url"], headers=auth) as response:
+            whole = hashlib.sha256()
+            async for chunk in response.content.iter_chunked(1 << 16):
+                whole.update(chunk)
+            assert response.status == 200 and whole.hexdigest() == digest.hexdigest()
+        with path.open("rb") as file:
+            for first, last in [(0, 99), (size - 300_000, size - 1), (12_345_678, 12_345_678 + 700_000)]:
+                file.seek(first)
+                expected = file.read(last - first + 1)
+                # Through nginx (each host in turn), and from each host directly: every host serves it.
+                for base in [nginx.url, nginx.url, *(host.url for host in hosts)]:
+                    ranged = {**auth, "Range": f"bytes={first}-{last}"}
+                    async with client.get(base + attachment["url"], headers=ranged) as response:
+                        assert response.status == 206, base
+                        assert response.headers["Content-Range"] == f"bytes {first}-{last}/{size}"
+                        assert await response.read() == expected, base
+        etag = {**auth, "If-None-Match": f'"{digest.hexdigest()}"'}
+        async with client.get(attachment["url"], headers=etag) as response:
+            assert response.status == 304
+    # Neither host held the file in memory: its peak grew by much less than the 40 MiB it streamed.
+    grown = max(_memory(host.pid, "VmHWM") - before[host.pid] for host in hosts)
+    assert grown < 16 * 1024 * 1024, grown

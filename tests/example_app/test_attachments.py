@@ -24,9 +24,10 @@ from example_app.attachments import CHUNK_SIZE, byte_range, content_disposition,
 from .test_example_app import create, log_in, unique
 
 
-@pytest.fixture
-async def app(shared_database_url):
-    return create_app(Database(shared_database_url, min_size=2, max_size=8))
+@pytest.fixture(params=["psycopg2", "aiopg"])
+async def app(shared_database_url, request):
+    """The example app on each database driver (bytea comes back from each in its own way)."""
+    return create_app(Database(shared_database_url, min_size=2, max_size=8, driver=request.param))
 
 
 @pytest.fixture
@@ -133,7 +134,7 @@ async def test_ranges_206_416_and_if_range(client):
         assert body == data[first : last + 1], asked
     status, headers, body = await download(client, url, {"Range": f"bytes={size}-"})
     assert status == 416 and headers["Content-Range"] == f"bytes */{size}"
-    assert body.startswith(b"{\"error\":")
+    assert body.startswith(b'{"error":')
     for whole in ("bytes=0-1,5-9", "items=0-1", "bytes=9-2", "bytes=x-"):
         status, headers, body = await download(client, url, {"Range": whole})
         assert status == 200 and body == data and "Content-Range" not in headers, whole
@@ -149,7 +150,7 @@ async def test_etag_304_412_and_head(client):
     data = a_file(70_000)
     url = (await upload(client, note["id"], data))["url"]
     etag = f'"{hashlib.sha256(data).hexdigest()}"'
-    for asked in (etag, f'W/{etag}', f'"other", {etag}', "*"):
+    for asked in (etag, f"W/{etag}", f'"other", {etag}', "*"):
         status, headers, body = await download(client, url, {"If-None-Match": asked})
         assert status == 304 and body == b"" and headers["ETag"] == etag, asked
     status, _, body = await download(client, url, {"If-None-Match": '"other"'})
@@ -179,9 +180,10 @@ async def test_delete_frees_the_quota_and_a_file_past_the_quota_is_413(client, a
         assert response.status == 404
     status, _, _ = await download(client, first["url"])
     assert status == 404
-    assert await app.state.db.fetchval(
-        "SELECT count(*) FROM attachment_chunks WHERE attachment_id = %s", (first["id"],)
-    ) == 0
+    assert (
+        await app.state.db.fetchval("SELECT count(*) FROM attachment_chunks WHERE attachment_id = %s", (first["id"],))
+        == 0
+    )
     await upload(client, note["id"], a_file(500_000))  # the space is free again
     # Deleting the note takes its attachments with it.
     async with client.delete(f"/notes/{note['id']}") as response:
@@ -227,9 +229,13 @@ async def test_another_users_note_and_attachment_are_404(client):
 def raw_form(filename: str, content_type: str, data: bytes) -> tuple[bytes, dict[str, str]]:
     """A form encoded by hand: aiohttp refuses the control characters a hostile client sends."""
     body = (
-        f'--b0undary\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
-        f"Content-Type: {content_type}\r\n\r\n"
-    ).encode() + data + b"\r\n--b0undary--\r\n"
+        (
+            f'--b0undary\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+            f"Content-Type: {content_type}\r\n\r\n"
+        ).encode()
+        + data
+        + b"\r\n--b0undary--\r\n"
+    )
     return body, {"Content-Type": "multipart/form-data; boundary=b0undary"}
 
 
@@ -310,3 +316,13 @@ async def test_a_part_header_with_a_control_character_is_400(client):
     body, content_type = raw_form("a\x1b[31m.txt", "text/plain", b"x")
     async with client.post(f"/notes/{note['id']}/attachments", data=body, headers=content_type) as response:
         assert response.status == 400
+
+
+async def test_the_openapi_document_lists_the_attachment_routes(client):
+    async with client.get("/openapi.json") as response:
+        document = await response.json()
+    upload = document["paths"]["/notes/{note_id}/attachments"]["post"]
+    assert {"201", "401", "413", "422"} <= set(upload["responses"])
+    assert "Attachment" in str(upload["responses"]["201"])
+    download = document["paths"]["/notes/{note_id}/attachments/{attachment_id}"]
+    assert {"304", "416"} <= set(download["get"]["responses"]) and "delete" in download

@@ -10,6 +10,7 @@ never held whole, whatever the route's ``max_body_size`` lets it grow to.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ...http.uploads import UploadFile
@@ -44,18 +45,18 @@ async def fingerprint(request: Request) -> str:
     if not form:
         digest.update(await request.read())
         return digest.hexdigest()
-    for name, value in (await request.form()).multi_items():
+    for field, value in (await request.form()).multi_items():
         if isinstance(value, UploadFile):
-            _field(digest, "file", name, value.filename or "", value.content_type, str(value.size))
+            _field(digest.update, "file", field, value.filename or "", value.content_type, str(value.size))
             async for chunk in value.chunks():  # from the beginning; where read() is stays
                 digest.update(chunk)
         else:
-            _field(digest, "field", name, value)
+            _field(digest.update, "field", field, value)
     return digest.hexdigest()
 
 
-def _field(digest: hashlib._Hash, *texts: str) -> None:
+def _field(update: Callable[[bytes], None], *texts: str) -> None:
     # Each text with its length before it: no two different forms hash the same bytes.
     for text in texts:
         data = text.encode("utf-8", "surrogatepass")
-        digest.update(b"%d:%s" % (len(data), data))
+        update(b"%d:%s" % (len(data), data))
