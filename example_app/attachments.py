@@ -58,7 +58,7 @@ from aiorest import (
 from aiorest.db import Database
 from aiorest.http import check_preconditions
 from aiorest.security import identity, login_required
-from aiorest.typed import raises
+from aiorest.typed import VALIDATION_MESSAGE, raises
 
 from . import queries
 from .queries import MAX_ID
@@ -155,8 +155,10 @@ async def upload_attachment(request: Request, note_id: int) -> Attachment:
     upload = form.get("file")
     if not isinstance(upload, UploadFile):
         raise HTTPUnprocessableEntity(
-            "send the file as the part named 'file' of a multipart/form-data form",
-            details=[{"location": "body.file", "message": "missing"}],
+            VALIDATION_MESSAGE,
+            details=[
+                {"location": "body.file", "message": "send the file as the part 'file' of a multipart/form-data form"}
+            ],
         )
     if upload.size > MAX_SIZE:  # the form may have been read before, with the app's limits
         raise HTTPPayloadTooLarge(

@@ -242,7 +242,9 @@ def raw_form(filename: str, content_type: str, data: bytes) -> tuple[bytes, dict
 async def test_a_form_without_a_file_is_422_and_names_are_made_safe(client):
     note = await create(client)
     async with client.post(f"/notes/{note['id']}/attachments", data={"title": "no file"}) as response:
-        assert response.status == 422 and "'file'" in (await response.json())["error"]["message"]
+        assert response.status == 422
+        [problem] = (await response.json())["error"]["details"]
+        assert problem["location"] == "body.file" and "'file'" in problem["message"]
     body, content_type = raw_form("C:\\Users\\me\\résumé 'v2'.pdf", "text/html; x=1", b"%PDF")
     async with client.post(f"/notes/{note['id']}/attachments", data=body, headers=content_type) as response:
         attachment = await response.json()
