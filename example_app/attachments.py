@@ -170,7 +170,8 @@ async def upload_attachment(request: Request, note_id: int) -> Attachment:
     async with database.transaction() as tx:
         if await tx.fetchone(queries.LOCK_NOTE_FOR_ATTACHMENT, (note_id, owner)) is None:
             raise HTTPNotFound("no such note")
-        used = await tx.fetchval(queries.LOCK_USER_QUOTA, (owner,))
+        await tx.execute(queries.LOCK_USER_QUOTA, (owner,))
+        used = await tx.fetchval(queries.QUOTA_USED, (owner,))
         if used + upload.size > quota:
             raise HTTPPayloadTooLarge(
                 f"this file ({upload.size} bytes) would take your attachments past your quota"

@@ -139,12 +139,12 @@ def write_if_expected(
 ATTACHMENT_COLUMNS = "id, note_id, filename, content_type, size, sha256, created_at, verified_at"
 # The upload's transaction: the note (kept from being deleted meanwhile), then the owner's row,
 # locked so that two uploads of one user count their quota one after the other (NO KEY: a note
-# inserted meanwhile, whose foreign key takes KEY SHARE on the user, does not wait).
+# inserted meanwhile, whose foreign key takes KEY SHARE on the user, does not wait). The sum is
+# a statement of its own, after the lock: one taken with the lock would read a snapshot from
+# before the wait, without the attachment the lock's previous holder just committed.
 LOCK_NOTE_FOR_ATTACHMENT = "SELECT id FROM notes WHERE id = %s AND owner_id = %s FOR KEY SHARE"
-LOCK_USER_QUOTA = (
-    "SELECT coalesce((SELECT sum(size) FROM attachments WHERE owner_id = users.id), 0) AS used"
-    " FROM users WHERE id = %s FOR NO KEY UPDATE"
-)
+LOCK_USER_QUOTA = "SELECT id FROM users WHERE id = %s FOR NO KEY UPDATE"
+QUOTA_USED = "SELECT coalesce(sum(size), 0) FROM attachments WHERE owner_id = %s"
 INSERT_ATTACHMENT = (
     "INSERT INTO attachments (note_id, owner_id, filename, content_type, size, chunk_size)"
     " VALUES (%s, %s, %s, %s, %s, %s) RETURNING id"

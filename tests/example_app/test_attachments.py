@@ -19,7 +19,7 @@ import pytest
 
 from aiorest.db import Database
 from example_app import create_app
-from example_app.attachments import CHUNK_SIZE, byte_range, content_disposition, display_name, media_type
+from example_app.attachments import CHUNK_SIZE, MAX_BODY, byte_range, content_disposition, display_name, media_type
 
 from .test_example_app import create, log_in, unique
 
@@ -328,3 +328,30 @@ async def test_the_openapi_document_lists_the_attachment_routes(client):
     assert "Attachment" in str(upload["responses"]["201"])
     download = document["paths"]["/notes/{note_id}/attachments/{attachment_id}"]
     assert {"304", "416"} <= set(download["get"]["responses"]) and "delete" in download
+
+
+async def test_two_uploads_at_once_cannot_both_take_the_last_of_the_quota(client, app):
+    app.state.attachment_quota = 1_000_000
+    note = await create(client)
+
+    async def send() -> int:
+        url = f"/notes/{note['id']}/attachments"
+        async with client.post(url, data=form(a_file(600_000))) as response:
+            return response.status
+
+    assert sorted(await asyncio.gather(send(), send())) == [201, 413]
+
+
+async def test_a_body_past_the_routes_limit_is_413_before_it_is_read(client):
+    note = await create(client)
+    path = f"/notes/{note['id']}/attachments"
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+    try:
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+            f"Content-Length: {MAX_BODY + 1}\r\n\r\n".encode()
+        )
+        status = await reader.readline()
+    finally:
+        writer.close()
+    assert status.split()[1] == b"413"
