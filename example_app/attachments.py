@@ -36,7 +36,7 @@ import os
 import re
 import unicodedata
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal, NoReturn
 from urllib.parse import quote
 
 from msgspec import Struct
@@ -116,7 +116,9 @@ def _db(request: Request) -> Database:
 
 
 async def _owner(request: Request) -> int:
-    owner: int = (await identity(request)).id
+    user = await identity(request)
+    assert user is not None  # the routes are under login_required
+    owner: int = user.id
     return owner
 
 
@@ -151,6 +153,18 @@ async def upload_attachment(request: Request, note_id: int) -> Attachment:
     Send an ``Idempotency-Key`` to retry safely: a repeat stores nothing and gets the first answer.
     """
     _ids(note_id)
+    owner = await _owner(request)
+    quota: int = request.app.state.attachment_quota
+    database = _db(request)
+    # Before the body is read (a client that sent Expect: 100-continue sends none): no such note,
+    # or a body too large for what is left of the quota even without its form, is refused at once.
+    if await database.fetchone(queries.SELECT_NOTE, (note_id, owner)) is None:
+        raise HTTPNotFound("no such note")
+    least = _least_file_size(request.headers.get("Content-Length", ""))
+    if least > 0:
+        used = await database.fetchval(queries.QUOTA_USED, (owner,))
+        if used + least > quota:
+            _refuse(quota, used, least, exact=False)
     form = await request.form(limits=_FORM_LIMITS)
     upload = form.get("file")
     if not isinstance(upload, UploadFile):
@@ -164,20 +178,13 @@ async def upload_attachment(request: Request, note_id: int) -> Attachment:
         raise HTTPPayloadTooLarge(
             f"a file is at most {MAX_SIZE} bytes (ATTACHMENT_MAX_SIZE)", details={"max_size": MAX_SIZE}
         )
-    owner = await _owner(request)
-    quota: int = request.app.state.attachment_quota
-    database = _db(request)
     async with database.transaction() as tx:
         if await tx.fetchone(queries.LOCK_NOTE_FOR_ATTACHMENT, (note_id, owner)) is None:
             raise HTTPNotFound("no such note")
         await tx.execute(queries.LOCK_USER_QUOTA, (owner,))
         used = await tx.fetchval(queries.QUOTA_USED, (owner,))
         if used + upload.size > quota:
-            raise HTTPPayloadTooLarge(
-                f"this file ({upload.size} bytes) would take your attachments past your quota"
-                f" of {quota} bytes ({used} used; ATTACHMENT_QUOTA): delete some first",
-                details={"quota": quota, "used": used, "size": upload.size},
-            )
+            _refuse(quota, used, upload.size)
         attachment_id = await tx.fetchval(
             queries.INSERT_ATTACHMENT,
             (note_id, owner, display_name(upload.filename), media_type(upload.content_type), upload.size, CHUNK_SIZE),
@@ -195,6 +202,22 @@ async def upload_attachment(request: Request, note_id: int) -> Attachment:
     except BackgroundTasksFull:  # the check is a bonus: the upload stands without it
         logger.warning("attachment %d stored; its check after the response was skipped (busy)", attachment_id)
     return _attachment(request, row)
+
+
+def _least_file_size(content_length: str) -> int:
+    """The bytes of file a body of ``content_length`` holds at least (its form takes at most FORM_OVERHEAD)."""
+    if not (content_length.isascii() and content_length.isdigit()) or len(content_length) > 18:
+        return 0  # chunked, or past any route's limit: the server refuses it before the handler runs
+    return int(content_length) - FORM_OVERHEAD
+
+
+def _refuse(quota: int, used: int, size: int, *, exact: bool = True) -> NoReturn:
+    """413: a file of ``size`` bytes (``exact``, else at least) would take the caller past their quota."""
+    raise HTTPPayloadTooLarge(
+        f"this file ({size} bytes{'' if exact else ' or more'}) would take your attachments past your quota"
+        f" of {quota} bytes ({used} used; ATTACHMENT_QUOTA): delete some first",
+        details={"quota": quota, "used": used, "size": size},
+    )
 
 
 async def fixed_chunks(upload: UploadFile, size: int) -> AsyncIterator[bytes]:
@@ -337,7 +360,7 @@ def content_disposition(filename: str) -> str:
     return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
-def byte_range(header: str, size: int) -> tuple[int, int] | str | None:
+def byte_range(header: str, size: int) -> tuple[int, int] | Literal["unsatisfiable"] | None:
     """The one range of a ``Range`` value as (first, last), inclusive (RFC 9110, 14.1.2).
 
     None: answer the whole file (not one ``bytes`` range we read, or several ranges,

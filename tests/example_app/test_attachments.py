@@ -355,3 +355,20 @@ async def test_a_body_past_the_routes_limit_is_413_before_it_is_read(client):
     finally:
         writer.close()
     assert status.split()[1] == b"413"
+
+
+async def test_an_upload_past_the_quota_by_its_length_is_refused_before_its_body_is_sent(client, app):
+    app.state.attachment_quota = 1_000_000
+    note = await create(client)
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+    try:
+        cookies = "; ".join(f"{cookie.key}={cookie.value}" for cookie in client.session.cookie_jar)
+        writer.write(
+            f"POST /notes/{note['id']}/attachments HTTP/1.1\r\nHost: x\r\nCookie: {cookies}\r\n"
+            "Content-Type: multipart/form-data; boundary=b\r\nExpect: 100-continue\r\n"
+            f"Content-Length: {1_000_001 + 1024 * 1024}\r\n\r\n".encode()
+        )
+        head = await reader.readuntil(b"\r\n\r\n")
+    finally:
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 413 ")  # no 100 Continue first: the client sends no byte of the file
