@@ -70,10 +70,11 @@ def create_app(database: Database | None = None) -> App:
     attachments.setup(app)
     # The users and the notes know the caller: a session (kept in PostgreSQL or Redis) or a
     # bearer token. The TechEmpower routes stay outside, and pay for neither. A POST or PATCH
-    # of a note with an Idempotency-Key runs once (docs/idempotency.rst): its writes and its
-    # kept answer commit in one transaction, so a client may retry a write that got 502 from a
-    # host that died. Only the notes are keyed: the users' routes hand out sessions and tokens,
-    # which no store may keep and no replay may hand out again.
+    # of a note, or an upload of an attachment, with an Idempotency-Key runs once
+    # (docs/idempotency.rst): its writes and its kept answer commit in one transaction, so a
+    # client may retry a write that got 502 from a host that died. Only the notes and their
+    # attachments are keyed: the users' routes hand out sessions and tokens, which no store may
+    # keep and no replay may hand out again.
     idempotency = Idempotency(PostgresIdempotencyStore(database), scope=user_scope)
     accounts = Router(middleware=[SessionMiddleware(sessions), users.auth(database)])
     accounts.include(users.router)
