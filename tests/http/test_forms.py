@@ -102,8 +102,8 @@ async def test_urlencoded_fields_in_order_with_repeats_and_utf8(aiorest_client, 
 
 
 async def test_multipart_fields_and_files_small_in_memory_large_on_disk(aiorest_client, tmp_path):
-    client = await aiorest_client(forms_app(tmp_path))
-    small, large = os.urandom(1000), os.urandom(600_000)  # spool_threshold: 256 KiB
+    client = await aiorest_client(forms_app(tmp_path, FormLimits(spool_threshold=256 * 1024)))
+    small, large = os.urandom(1000), os.urandom(600_000)
     form = aiohttp.FormData()
     form.add_field("title", "hello ü")
     form.add_field("doc", small, filename="small.txt", content_type="text/plain")
@@ -117,7 +117,24 @@ async def test_multipart_fields_and_files_small_in_memory_large_on_disk(aiorest_
     assert second["size"] == 600_000 and not second["memory"] and second["type"] == "application/octet-stream"
     assert body["_sha256"] == [hashlib.sha256(small).hexdigest(), hashlib.sha256(large).hexdigest()]
     assert body["_spool_dir"] == []  # the client's file name never became a path, nor did anything else
-    assert client.app.uploads.on_disk == 0 and client.app.uploads.open_files == 0  # closed after the response
+    uploads = client.app.uploads
+    assert uploads.on_disk == uploads.open_files == uploads.in_memory == 0  # closed after the response
+
+
+async def test_the_memory_of_all_forms_of_a_process_is_bounded(aiorest_client, tmp_path):
+    limits = FormLimits(max_process_memory=100_000, max_memory=1024 * 1024)
+    client = await aiorest_client(forms_app(tmp_path, limits))
+    form = aiohttp.FormData()
+    form.add_field("file", io.BytesIO(os.urandom(300_000)), filename="f")  # under spool_threshold, over the budget
+    response = await client.post("/form", data=form)
+    assert response.status == 200 and (await response.json())["file"][0]["memory"] is False  # spilled at once
+    response = await send(client.port, raw_post("/form", multipart_body(("f", b"x" * 150_000, None))))
+    assert response.status == 503 and response.header("retry-after") == "1"
+    assert "max_process_memory" in response.json()["error"]["message"]
+    response = await send(client.port, raw_post("/form", b"f=" + b"x" * 150_000, "application/x-www-form-urlencoded"))
+    assert response.status == 503
+    uploads = client.app.uploads
+    assert uploads.in_memory == uploads.on_disk == uploads.open_files == 0
 
 
 async def test_a_route_of_its_own_size_streams_a_large_upload_to_disk(aiorest_client, tmp_path):
