@@ -14,7 +14,7 @@ try:
 except ImportError:  # an optional dependency: require_msgspec says so when it is needed
     msgspec = None  # type: ignore[assignment]
 
-__all__ = ["hinted", "strip_annotated", "union_args", "sequence_item", "is_upload", "require_msgspec"]
+__all__ = ["hinted", "strip_annotated", "union_args", "sequence_item", "gathered_class", "is_upload", "require_msgspec"]
 
 _SEQUENCES = frozenset({list, tuple, set, frozenset})
 
@@ -73,3 +73,10 @@ def is_upload(tp: Any) -> bool:
     if item is not None:
         tp = strip_annotated(item)
     return isinstance(tp, type) and issubclass(tp, UploadFile)
+
+
+def gathered_class(tp: Any) -> Any:
+    """The Struct, dataclass or TypedDict of ``Annotated[Model | None, Query()]`` (or ``Form()``)."""
+    tp = strip_annotated(tp)
+    members = union_args(tp)
+    return tp if members is None else strip_annotated(next(one for one in members if one is not type(None)))

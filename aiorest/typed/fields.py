@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .annotations import sequence_item, strip_annotated, union_args
+from .annotations import gathered_class, sequence_item
 from .declare import Parameter
 
 try:
@@ -41,10 +41,7 @@ def spec(param: Parameter, prefix: str, text_as_is: bool = True) -> Spec:
 
 def model(param: Parameter, source: str, text_as_is: bool = True) -> Model:
     """The :data:`Model` of ``param``, which gathers ``source``'s values (``query``, ``form``) into its class."""
-    cls = strip_annotated(param.annotation)
-    members = union_args(cls)
-    if members is not None:  # Optional: the default applies when no value is there
-        cls = strip_annotated(next(member for member in members if member is not type(None)))
+    cls = gathered_class(param.annotation)
     specs = tuple(spec(field, f"{source}.", text_as_is) for field in param.fields)
     return (param.name, cls, specs, param.required, source)
 
