@@ -51,6 +51,8 @@ def bind_model(
 ) -> list[dict[str, str]] | None:
     """Take ``gathered``'s values out of ``source`` and make its object into ``out``."""
     name, cls, specs, required, location = gathered
+    if not required and not any(key in source for _, key, *_ in specs):
+        return errors  # nothing of it was sent: the default applies
     values: dict[str, Any] = {}
     found = bind_values(source, specs, values, None)
     if found is not None:
