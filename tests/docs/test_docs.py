@@ -447,6 +447,50 @@ async def exercise_typed_orders(module: ModuleType, client: Any) -> None:
         assert await response.json() == {"customers": ["Ada"], "signed_in": True, "self": "/customers"}
 
 
+async def exercise_typed_forms(module: ModuleType, client: Any) -> None:
+    sent = [("name", "Ada"), ("age", ""), ("languages", "en"), ("languages", "fr"), ("newsletter", "true")]
+    async with client.post("/profiles", data=sent) as response:
+        assert response.status == 201
+        assert await response.json() == {
+            "name": "Ada",
+            "age": None,
+            "newsletter": True,
+            "languages": ["en", "fr"],
+            "plan": "free",
+            "avatar": None,
+            "photos": [],
+        }
+    form = aiohttp.FormData()
+    form.add_field("name", "Ada")
+    form.add_field("avatar", b"face", filename="me.png")
+    form.add_field("photos", b"12", filename="1.jpg")
+    form.add_field("photos", b"345", filename="2.jpg")
+    async with client.post("/profiles", data=form) as response:
+        body = await response.json()
+    assert (body["avatar"], body["photos"]) == ("me.png", [2, 3])
+    async with client.post("/profiles", data={"name": "Ada", "age": "-1", "plan": "gold"}) as response:
+        assert response.status == 422
+        assert [problem["location"] for problem in (await response.json())["error"]["details"]] == [
+            "form.age",
+            "form.plan",
+        ]
+    document = os.urandom(2 * 1024 * 1024)  # past the server's 1 MiB: the route's own limit
+    form = aiohttp.FormData()
+    form.add_field("document", io.BytesIO(document), filename="report.pdf")
+    async with client.post("/documents", data=form) as response:
+        assert await response.json() == {
+            "title": "report.pdf",
+            "sha256": hashlib.sha256(document).hexdigest(),
+            "size": len(document),
+        }
+    async with client.post("/documents", json={"title": "x"}) as response:
+        assert response.status == 415
+    async with client.get("/openapi.json") as response:
+        spec = await response.json()
+    content = spec["paths"]["/documents"]["post"]["requestBody"]["content"]
+    assert content["multipart/form-data"]["schema"]["properties"]["document"] == {"type": "string", "format": "binary"}
+
+
 async def exercise_openapi_docs(module: ModuleType, client: Any) -> None:
     from openapi_spec_validator import validate
 
@@ -720,6 +764,7 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "test_ping": exercise_test_ping,
     "test_ping_aiohttp": exercise_test_ping_aiohttp,
     "typed_orders": exercise_typed_orders,
+    "typed_forms": exercise_typed_forms,
     "openapi_docs": exercise_openapi_docs,
     "cors": exercise_cors,
     "compression": exercise_compression,
