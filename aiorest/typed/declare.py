@@ -369,4 +369,6 @@ def _check_schema(hint: Any, what: str) -> None:
         msgspec.json.schema(hint)
     except (TypeError, ValueError, NameError) as exc:
         first_line = str(exc).splitlines()[-1] if str(exc) else type(exc).__name__
+        if "UploadFile" in first_line:  # a file comes in a form, never in JSON
+            first_line += "; files come in a form: Annotated[..., Form()]"
         raise _Declared(f"{what}: unsupported annotation {hint!r}: {first_line}") from None

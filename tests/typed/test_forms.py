@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import io
@@ -14,7 +15,9 @@ import pytest
 from msgspec import Meta
 from openapi_spec_validator import validate
 
-from aiorest import App, Form, Query, Request, UploadFile
+from aiorest import App, Form, Query, Request, Server, UploadFile
+from tests.http.test_forms import multipart_body, raw_post, send
+from tests.rawclient import read_response
 
 
 class Signup(msgspec.Struct):
@@ -237,6 +240,34 @@ async def test_fields_and_files_as_parameters_on_a_route_of_its_own_size(aiorest
         await seen[0].read()
 
 
+async def test_a_slow_typed_upload_holds_no_admission_slot():
+    # The gate reads the form of a route of its own size before the slot, whoever binds it afterwards.
+    app = form_app()
+
+    @app.get("/ok")
+    async def ok(request: Request) -> dict[str, bool]:
+        return {"ok": True}
+
+    server = Server(app, host="127.0.0.1", port=0, max_concurrency=1, max_queue=0)
+    await server.start()
+    try:
+        picture = os.urandom(3 * 1024 * 1024)
+        payload = raw_post("/avatar", multipart_body(("avatar", picture, "me.png"), ("width", b"9", None)))
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(payload[: 2 * 1024 * 1024])  # and the rest later
+        await asyncio.sleep(0.3)
+        for _ in range(2):
+            response = await send(server.port, b"GET /ok HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert response.status == 200  # one slot, an upload under way: it holds none
+        writer.write(payload[2 * 1024 * 1024 :])
+        answer = await read_response(reader, timeout=20)
+        writer.close()
+    finally:
+        await server.stop()
+    assert answer.status == 200
+    assert (answer.json()["sha256"], answer.json()["width"]) == (hashlib.sha256(picture).hexdigest(), 9)
+
+
 # -- refusals --------------------------------------------------------------------------------
 
 
@@ -285,6 +316,9 @@ async def test_a_body_that_is_not_a_form_gets_415_and_a_malformed_one_400(aiores
         ("async def bad(a: Annotated[Nested, Form()]): ...", "parameter 'a', field 'inner': unsupported annotation"),
         ("async def bad(a: Annotated[UploadFile | str, Form()]): ...", "or an UploadFile"),
         ("async def bad(a: Annotated[Signup, Query()], b: UploadFile): ...", None),
+        ("async def bad(a: Profile): ...", "files come in a form: Annotated[..., Form()]"),
+        ("async def bad(a: Annotated[Profile, Query()]): ...", "field 'avatar': unsupported annotation"),
+        ("async def bad() -> Profile: ...", "the return annotation: unsupported annotation"),
     ],
 )
 def test_bad_form_declarations_fail_at_registration(handler_source: str, expected: str | None) -> None:
