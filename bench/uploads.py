@@ -2,6 +2,7 @@
 
     python bench/uploads.py --rounds 5 --duration 5     # the figures docs/forms.rst quotes
     python bench/uploads.py --smoke                     # 1 round of 1 s, no 1 GiB upload: checks the harness
+    python bench/uploads.py --contenders aiorest,nginx  # a subset (each part keeps those it has)
 
 Three parts, each printed as a table and plotted:
 
@@ -274,6 +275,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds of measured load per run")
     parser.add_argument("--smoke", action="store_true", help="1 round of 1 s, and no 1 GiB upload")
     parser.add_argument("--parts", default="uploads,files,rss")
+    parser.add_argument("--contenders", default=None, help="a comma-separated subset, e.g. aiorest,nginx")
     parser.add_argument("--out", type=Path, default=None, help="default: bench/out/<time>-uploads")
     args = parser.parse_args(argv)
     require_wrk()
@@ -289,7 +291,14 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-uploads-") as folder:
         work = Path(folder)
         root, uploads, files = prepare(work)
-        todo = [("uploads", UPLOADERS, uploads, True), ("files", SERVERS_OF_FILES, files, False)]
+        wanted = set(args.contenders.split(",")) if args.contenders else None
+        todo = [
+            (part, [n for n in names if wanted is None or n in wanted], cases, per_mib)
+            for part, names, cases, per_mib in (
+                ("uploads", UPLOADERS, uploads, True),
+                ("files", SERVERS_OF_FILES, files, False),
+            )
+        ]
 
         def run_all() -> None:
             for part, names, cases, _ in todo:
