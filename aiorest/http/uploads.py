@@ -47,15 +47,22 @@ class Uploads:
         self.open_files = 0
         #: bytes the forms of this process hold in memory now: fields, and files not spilled
         self.in_memory = 0
+        self._spilled: set[UploadFile] = set()  # the uploads with a temporary file open
 
-    def new_file(self) -> IO[bytes]:
-        """An anonymous temporary file, unbuffered: the parser writes whole chunks."""
+    def new_file(self, upload: UploadFile) -> IO[bytes]:
+        """An anonymous temporary file for ``upload``, unbuffered: the parser writes whole chunks."""
         try:
             file = tempfile.TemporaryFile(dir=self.directory, buffering=0)
         except OSError as exc:
             raise _disk_error(exc) from exc
         self.open_files += 1
+        self._spilled.add(upload)
         return file
+
+    def close_all(self) -> None:
+        """Close every upload's temporary file: the server stops (those of uploads cut short too)."""
+        for upload in list(self._spilled):
+            upload.close()
 
     def reserve(self, size: int) -> None:
         """Count ``size`` more bytes on disk; 503 past ``max_disk``."""
@@ -85,10 +92,11 @@ class Uploads:
         """A form that held ``size`` bytes in memory is closed."""
         self.in_memory -= size
 
-    def release(self, size: int) -> None:
-        """A file that held ``size`` bytes is closed."""
+    def release(self, upload: UploadFile, size: int) -> None:
+        """The file of ``upload``, which held ``size`` bytes, is closed."""
         self.on_disk -= size
         self.open_files -= 1
+        self._spilled.discard(upload)
 
 
 def _disk_error(exc: OSError) -> HTTPError:
@@ -160,7 +168,7 @@ class UploadFile:
             return 0
         memory = self._memory
         assert memory is not None
-        self._file = self._uploads.new_file()  # closed, and given back, by close()
+        self._file = self._uploads.new_file(self)  # closed, and given back, by close()
         self._memory = None
         held, self.size = self.size, 0
         for chunk in memory:
@@ -261,7 +269,7 @@ class UploadFile:
         file, self._file = self._file, None
         if file is not None:
             file.close()
-            self._uploads.release(self.size)
+            self._uploads.release(self, self.size)
 
     def _check_open(self) -> None:
         if self._closed:

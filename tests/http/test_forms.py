@@ -11,6 +11,8 @@ import asyncio
 import hashlib
 import io
 import os
+import shutil
+import subprocess
 import tracemalloc
 from pathlib import Path
 
@@ -353,3 +355,51 @@ async def test_a_large_upload_streams_to_disk_in_bounded_memory(aiorest_client, 
         writer.close()
     assert response.status == 200 and response.json()["sha256"] == hashlib.sha256(data).hexdigest()
     assert peak < 8 * 1024 * 1024, peak  # the server's part, with the client's MiB
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A file system of 1 MiB (tmpfs), or a skip where this process cannot mount one."""
+    where = tmp_path / "small-disk"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+async def test_a_full_disk_answers_507_and_leaves_nothing(aiorest_client, small_disk):
+    app = App(uploads=Uploads(directory=small_disk))
+
+    @app.post("/upload", max_body_size=8 * 1024 * 1024)
+    async def upload(request: Request) -> dict:
+        return {"size": (await request.form())["file"].size}
+
+    client = await aiorest_client(app)
+    response = await send(client.port, raw_post("/upload", multipart_body(("file", os.urandom(3 * 1024 * 1024), "f"))))
+    assert response.status == 507 and response.json()["error"]["message"] == "no space left to store the upload"
+    assert app.uploads.on_disk == app.uploads.open_files == 0
+    assert shutil.disk_usage(small_disk).used == 0  # the anonymous file went with its descriptor
+    response = await send(client.port, raw_post("/upload", multipart_body(("file", os.urandom(1000), "f"))))
+    assert response.status == 200
+
+
+async def test_a_server_stop_mid_upload_closes_the_files(tmp_path):
+    app = forms_app(tmp_path)
+    server = Server(app, host="127.0.0.1", port=0)
+    await server.start()
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    body = multipart_body(("file", os.urandom(5 * 1024 * 1024), "f"))
+    writer.write(raw_post("/upload", body)[: 3 * 1024 * 1024])  # and never the rest
+    await writer.drain()
+    for _ in range(100):
+        if app.uploads.open_files:
+            break
+        await asyncio.sleep(0.02)
+    assert app.uploads.open_files == 1
+    await server.stop(timeout=0.5)
+    writer.close()
+    assert app.uploads.on_disk == app.uploads.open_files == 0
