@@ -48,7 +48,7 @@ from .middleware.sessions import (
 )
 from .routing import Convertor, Handler, NoMatchFound, Route, RouteOptions, Router
 from .server import Server, run
-from .typed import Body, Cookie, Header, Query
+from .typed import Body, Cookie, Form, Header, Query
 
 __version__ = "0.1.0"
 
@@ -83,6 +83,7 @@ __all__ = [
     "UploadFile",
     "Uploads",
     "FileResponse",
+    "Form",
     "FormData",
     "FormLimits",
     "request_id",

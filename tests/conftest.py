@@ -39,8 +39,9 @@ _SLOW_MODULES = frozenset(
 # then these modules alone (README's test command, .ci/run): each sends load for a while and
 # counts what failed or how fast (wrk, locust, steady clients through nginx, a rolling restart,
 # PostgreSQL restarted under load, 512 clients against 100 connections), or builds network
-# namespaces, so the other process's load would make them fail for nothing. (tests/bench/ runs beside the
-# others: its smoke runs count instructions under valgrind, or errors that another process's load cannot make.)
+# namespaces, so the other process's load would make them fail for nothing. (tests/bench/ and
+# tests/load/test_load_compare.py run beside the others: their smoke runs count instructions under valgrind,
+# or errors and timeouts at 2 to 10 clients, which another process's load slows but cannot make.)
 _SERIAL_MODULES = frozenset(
     {
         "tests/db/test_aiopg_uvloop.py",
@@ -51,7 +52,6 @@ _SERIAL_MODULES = frozenset(
         "tests/deploy/test_shared_state.py",
         "tests/docs/test_tutorial.py",
         "tests/load/test_cluster.py",
-        "tests/load/test_load_compare.py",
         "tests/server/test_reload.py",
     }
 )

@@ -17,6 +17,7 @@ import stat
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import BinaryIO
 
 from .exceptions import HTTPNotFound
@@ -86,7 +87,7 @@ class FileResponse(Response):
     ) -> None:
         self.path = os.fspath(path)
         if media_type is None:
-            media_type = mimetypes.guess_type(self.path)[0] or "application/octet-stream"
+            media_type = _media_type(os.path.splitext(self.path)[1])
         super().__init__(b"", status, headers, media_type)
         if cache_control is not None:
             self.headers["Cache-Control"] = cache_control  # checked by Headers
@@ -97,7 +98,7 @@ class FileResponse(Response):
     def prepare(self, method: str, request_headers: Mapping[str, str]) -> FileBody:
         """Open the file, decide the answer to this request (status, headers) and what to send.
 
-        Blocking (open, fstat): the server calls it in a worker thread. Raises
+        Blocking (open, fstat): the server calls it on the loop, as nginx opens files (filewriting.py). Raises
         HTTPNotFound when there is no regular file at the path.
         """
         file, coding = self._open(request_headers.get("accept-encoding"))
@@ -175,22 +176,39 @@ class FileResponse(Response):
         return FileBody(file, length, segments, trailer)
 
 
+@lru_cache(maxsize=256)
+def _media_type(suffix: str) -> str:
+    """The media type of a file name ending in ``suffix`` (``.css``), by the mimetypes table."""
+    return mimetypes.guess_type("file" + suffix)[0] or "application/octet-stream"
+
+
 def _open_regular(path: str, root: str | None) -> BinaryIO | None:
     """``path`` opened for reading if it is a regular file (inside ``root``), else None.
 
-    A directory is never listed. With ``root``, the path is resolved (symbolic links
-    followed) and must stay inside it: a link that leaves the directory is not served.
+    A directory is never listed. With ``root``, the file opened (symbolic links
+    followed) must lie inside it: a link that leaves the directory is not served.
+    Where the file is, is asked of the kernel once it is open (``/proc/self/fd``):
+    one call instead of a ``realpath`` of every component, and no window between
+    the check and the open in which a link could be swapped.
     """
-    if root is not None and os.path.commonpath([os.path.realpath(path), root]) != root:
-        return None
     try:
         file = open(path, "rb")  # noqa: SIM115  (the server closes it once sent)
     except (OSError, ValueError):  # ValueError: a NUL in the path
         return None
-    if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+    fd = file.fileno()
+    if not stat.S_ISREG(os.fstat(fd).st_mode) or (root is not None and not _inside(fd, path, root)):
         file.close()
         return None
     return file
+
+
+def _inside(fd: int, path: str, root: str) -> bool:
+    """Whether the file open as ``fd`` (opened by ``path``) lies inside the directory ``root`` (resolved)."""
+    try:
+        where = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc: resolve the path itself
+        where = os.path.realpath(path)
+    return where.startswith(root if root.endswith("/") else root + "/")
 
 
 def _precondition(method: str, headers: Mapping[str, str], etag: str, mtime: int) -> int | None:

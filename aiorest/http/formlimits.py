@@ -34,8 +34,11 @@ class FormLimits:
     ``max_memory``             bytes a form keeps in memory: its fields, and its files
                                until they spill to disk; fields past it: 413, files
                                past it spill
-    ``spool_threshold``        bytes of one file kept in memory; a larger one goes to
-                               a temporary file as it arrives
+    ``max_process_memory``     bytes the forms of all the requests of a process keep in
+                               memory at once; files past it spill, fields past it get
+                               503 with ``Retry-After``
+    ``spool_threshold``        bytes of one file kept in memory (as Starlette's 1 MiB);
+                               a larger one goes to a temporary file as it arrives
     ``max_disk``               bytes the uploads of all the requests of a process hold
                                on disk at once; past it: 503 with ``Retry-After``
     =========================  ===========================================================
@@ -52,7 +55,8 @@ class FormLimits:
     max_preamble: int = 1024
     max_epilogue: int = 1024
     max_memory: int = 2 * _MiB
-    spool_threshold: int = 256 * 1024
+    max_process_memory: int = 64 * _MiB
+    spool_threshold: int = _MiB
     max_disk: int = 4096 * _MiB
 
     def __post_init__(self) -> None:

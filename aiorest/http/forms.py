@@ -11,7 +11,7 @@ going — closes the files it had made before the error goes on.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from urllib.parse import parse_qsl
 
 from .datastructures import Headers, MultiDict
@@ -46,16 +46,23 @@ class FormData(MultiDict["str | UploadFile"]):
     (:meth:`close`): save what must outlive the request.
     """
 
-    __slots__ = ()
+    __slots__ = ("_release",)
+
+    def __init__(self, items: Iterable[tuple[str, str | UploadFile]] = (), release: Callable[[], None] | None = None):
+        super().__init__(items)
+        self._release = release  # gives back the memory the form held (Uploads.free)
 
     def files(self) -> list[UploadFile]:
         """Every file of the form, in order."""
         return [value for _, value in self.multi_items() if isinstance(value, UploadFile)]
 
     def close(self) -> None:
-        """Close every file (their temporary files are gone with them)."""
+        """Close every file (their temporary files are gone with them). Closing twice does nothing."""
         for upload in self.files():
             upload.close()
+        release, self._release = self._release, None
+        if release is not None:
+            release()
 
 
 def _too_large(what: str, limit_name: str, limit: int) -> HTTPPayloadTooLarge:
@@ -69,7 +76,7 @@ async def read_form(
     request's headers. 415 for a body of another type."""
     content_type, options = _media_type(header("content-type") or "")
     if content_type == URLENCODED:
-        return await _read_urlencoded(body, limits)
+        return await _read_urlencoded(body, limits, uploads)
     if content_type == MULTIPART:
         return await _read_multipart(body, options.get("boundary"), limits, uploads)
     if header("content-length") in (None, "0") and header("transfer-encoding") is None:
@@ -93,23 +100,34 @@ def _media_type(value: str) -> tuple[str, dict[str, str]]:
     return media.strip().lower(), options
 
 
-async def _read_urlencoded(chunks: AsyncIterator[bytes], limits: FormLimits) -> FormData:
+async def _read_urlencoded(chunks: AsyncIterator[bytes], limits: FormLimits, uploads: Uploads) -> FormData:
     body = bytearray()
-    async for chunk in chunks:
-        body += chunk
-        if len(body) > limits.max_memory:
-            raise _too_large("the form", "max_memory", limits.max_memory)
+    try:
+        async for chunk in chunks:
+            uploads.hold(len(chunk))
+            body += chunk
+            if len(body) > limits.max_memory:
+                raise _too_large("the form", "max_memory", limits.max_memory)
+    except BaseException:
+        uploads.free(len(body))
+        raise
+    size = len(body)
     try:
         text = body.decode("utf-8")
         pairs = parse_qsl(text, keep_blank_values=True, errors="strict", max_num_fields=limits.max_fields)
+        for name, value in pairs:
+            if len(value) > limits.max_field_size:
+                raise _too_large(f"field {name[:64]!r}", "max_field_size", limits.max_field_size)
     except UnicodeDecodeError:
+        uploads.free(size)
         raise HTTPBadRequest("the form is not valid UTF-8 once percent-decoded") from None
     except ValueError:  # parse_qsl: max_num_fields exceeded
+        uploads.free(size)
         raise _too_large("the form's number of fields", "max_fields", limits.max_fields) from None
-    for name, value in pairs:
-        if len(value) > limits.max_field_size:
-            raise _too_large(f"field {name[:64]!r}", "max_field_size", limits.max_field_size)
-    return FormData(pairs)
+    except BaseException:
+        uploads.free(size)
+        raise
+    return FormData(pairs, lambda: uploads.free(size))
 
 
 async def _read_multipart(
@@ -145,7 +163,7 @@ async def _read_multipart(
     except BaseException:
         reader.close()
         raise
-    return FormData(reader.items)
+    return FormData(reader.items, reader.release)
 
 
 class _MultipartReader:
@@ -174,15 +192,19 @@ class _MultipartReader:
         self._frame = _Frame(boundary, limits)
 
     def feed(self, parser: multipart.PushMultipartParser, chunk: bytes) -> None:
-        if not self._frame.parts(chunk):
+        frame = self._frame
+        if not frame.before(chunk):
             return  # the epilogue: the parser would drop it
+        ended = False
         for event in parser.parse(chunk):
             if type(event) is bytearray or type(event) is bytes:
                 self._data(event)
             elif event is None:
                 self._end_part()
+                ended = True
             else:
                 self._begin(event)
+        frame.after(chunk, ended)
 
     def end(self, parser: multipart.PushMultipartParser) -> None:
         parser.close()  # raises if the body ended before its closing delimiter
@@ -218,16 +240,30 @@ class _MultipartReader:
         if part.size + size > limits.max_file_size:
             raise _too_large(f"file {part.filename[:64]!r}", "max_file_size", limits.max_file_size)  # type: ignore[index]
         if part.in_memory:
-            if part.size + size > limits.spool_threshold or self.held + size > limits.max_memory:
-                self.held -= part.spill()
+            uploads = self.uploads
+            if (
+                part.size + size > limits.spool_threshold
+                or self.held + size > limits.max_memory
+                or not uploads.can_hold(size)
+            ):
+                freed = part.spill()
+                self.held -= freed
+                uploads.free(freed)
             else:
                 self.held += size
+                uploads.hold(size)
         part.write(data)
 
     def _hold(self, size: int, what: str) -> None:
+        self.uploads.hold(size)  # 503 past the process's budget
         self.held += size
         if self.held > self.limits.max_memory:
             raise _too_large(what, "max_memory", self.limits.max_memory)
+
+    def release(self) -> None:
+        """The form is closed: the memory it held is given back to the process's budget."""
+        held, self.held = self.held, 0
+        self.uploads.free(held)
 
     def _end_part(self) -> None:
         part = self._part
@@ -249,14 +285,16 @@ class _MultipartReader:
                 value.close()
         if isinstance(self._part, UploadFile):
             self._part.close()
+        self.release()
 
 
 class _Frame:
     """Where a multipart body is: before its first delimiter (the preamble), among its parts,
     or past its closing delimiter (the epilogue); bounds the first and the last.
 
-    It finds the delimiters in each chunk and across the seam with the previous one, with no
-    copy of the chunk: the parser finds them again, which costs less than copying.
+    The closing delimiter follows the end of a part: it is looked for only in the chunks
+    where a part ended (and the seam with the chunk before), so a large file is not
+    scanned twice (the parser scans it for delimiters already).
     """
 
     __slots__ = ("_open", "_close", "_limits", "_seen", "_tail", "_state", "_end")
@@ -266,39 +304,47 @@ class _Frame:
         self._close = b"\r\n--" + boundary + b"--"
         self._limits = limits
         self._seen = 0  # bytes before this chunk
-        self._tail = b""  # the last bytes of the previous chunk, for a delimiter across the seam
+        self._tail = b""  # the last bytes of the chunks before, for a delimiter across the seam
         self._state = _PREAMBLE
         self._end = 0  # where the closing delimiter ends
 
-    def parts(self, chunk: bytes) -> bool:
-        """Take ``chunk``; False once all of it is epilogue. 413 past max_preamble or max_epilogue."""
+    def before(self, chunk: bytes) -> bool:
+        """``chunk`` arrives: False if it is all epilogue (not for the parser). 413 past a limit."""
         limits = self._limits
+        if self._state is _EPILOGUE:
+            self._advance(chunk)
+            if self._seen - self._end > limits.max_epilogue:
+                raise _too_large("the multipart epilogue", "max_epilogue", limits.max_epilogue)
+            return False
         if self._state is _PREAMBLE:
             at = self._find(self._open, chunk)
             if at is None:
                 if self._seen + len(chunk) > limits.max_preamble + len(self._open):
                     raise _too_large("the multipart preamble", "max_preamble", limits.max_preamble)
+            elif at > limits.max_preamble:
+                raise _too_large("the multipart preamble", "max_preamble", limits.max_preamble)
             else:
-                if at > limits.max_preamble:
-                    raise _too_large("the multipart preamble", "max_preamble", limits.max_preamble)
                 self._state = _PARTS
                 if self._starts(at + len(self._open), b"--", chunk):  # an empty form: its only delimiter closes it
                     self._state = _EPILOGUE
                     self._end = at + len(self._open) + 2
-        if self._state is _PARTS:
+        return True
+
+    def after(self, chunk: bytes, part_ended: bool) -> None:
+        """``chunk`` was parsed; ``part_ended``: a part ended in it (the closing delimiter may be there)."""
+        if part_ended and self._state is _PARTS:
             at = self._find(self._close, chunk)
             if at is not None:
                 self._state = _EPILOGUE
                 self._end = at + len(self._close)
-        ended = self._state is _EPILOGUE
-        previous = self._seen
+        self._advance(chunk)
+        if self._state is _EPILOGUE and self._seen - self._end > self._limits.max_epilogue:
+            raise _too_large("the multipart epilogue", "max_epilogue", self._limits.max_epilogue)
+
+    def _advance(self, chunk: bytes) -> None:
         self._seen += len(chunk)
-        self._tail = (self._tail + chunk[-len(self._close) :])[-len(self._close) :]
-        if ended:
-            if self._seen - self._end > limits.max_epilogue:
-                raise _too_large("the multipart epilogue", "max_epilogue", limits.max_epilogue)
-            return self._end > previous  # the chunk holds the end of the parts
-        return True
+        keep = len(self._close)
+        self._tail = (self._tail + chunk[-keep:])[-keep:]
 
     def _find(self, needle: bytes, chunk: bytes) -> int | None:
         """Where ``needle`` first begins in the body, looking in the seam and ``chunk``; None if not there."""

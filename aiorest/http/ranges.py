@@ -8,6 +8,7 @@ decisions, so that they can be tested without a file or a socket.
 from __future__ import annotations
 
 from email.utils import formatdate, parsedate_to_datetime
+from functools import lru_cache
 
 __all__ = ["MAX_RANGES", "http_date", "parse_date", "etag_matches", "parse_ranges", "accepts_coding"]
 
@@ -17,8 +18,9 @@ __all__ = ["MAX_RANGES", "http_date", "parse_date", "etag_matches", "parse_range
 MAX_RANGES = 16
 
 
+@lru_cache(maxsize=1024)
 def http_date(timestamp: float) -> str:
-    """An IMF-fixdate (``Sun, 06 Nov 1994 08:49:37 GMT``) for a Unix time."""
+    """An IMF-fixdate (``Sun, 06 Nov 1994 08:49:37 GMT``) for a Unix time (a file's mtime: remembered)."""
     return formatdate(timestamp, usegmt=True)
 
 

@@ -45,15 +45,24 @@ class Uploads:
         self.on_disk = 0
         #: files open now
         self.open_files = 0
+        #: bytes the forms of this process hold in memory now: fields, and files not spilled
+        self.in_memory = 0
+        self._spilled: set[UploadFile] = set()  # the uploads with a temporary file open
 
-    def new_file(self) -> IO[bytes]:
-        """An anonymous temporary file, unbuffered: the parser writes whole chunks."""
+    def new_file(self, upload: UploadFile) -> IO[bytes]:
+        """An anonymous temporary file for ``upload``, unbuffered: the parser writes whole chunks."""
         try:
             file = tempfile.TemporaryFile(dir=self.directory, buffering=0)
         except OSError as exc:
             raise _disk_error(exc) from exc
         self.open_files += 1
+        self._spilled.add(upload)
         return file
+
+    def close_all(self) -> None:
+        """Close every upload's temporary file: the server stops (those of uploads cut short too)."""
+        for upload in list(self._spilled):
+            upload.close()
 
     def reserve(self, size: int) -> None:
         """Count ``size`` more bytes on disk; 503 past ``max_disk``."""
@@ -65,10 +74,29 @@ class Uploads:
             )
         self.on_disk += size
 
-    def release(self, size: int) -> None:
-        """A file that held ``size`` bytes is closed."""
+    def can_hold(self, size: int) -> bool:
+        """Whether forms may keep ``size`` more bytes in memory (else a file spills to disk now)."""
+        return self.in_memory + size <= self.limits.max_process_memory
+
+    def hold(self, size: int) -> None:
+        """Count ``size`` more bytes of forms in memory; 503 past ``max_process_memory``."""
+        if not self.can_hold(size):
+            limit = self.limits.max_process_memory
+            raise HTTPServiceUnavailable(
+                f"the server holds {limit} bytes of forms in memory already (FormLimits.max_process_memory); try again",
+                retry_after=1,
+            )
+        self.in_memory += size
+
+    def free(self, size: int) -> None:
+        """A form that held ``size`` bytes in memory is closed."""
+        self.in_memory -= size
+
+    def release(self, upload: UploadFile, size: int) -> None:
+        """The file of ``upload``, which held ``size`` bytes, is closed."""
         self.on_disk -= size
         self.open_files -= 1
+        self._spilled.discard(upload)
 
 
 def _disk_error(exc: OSError) -> HTTPError:
@@ -106,7 +134,8 @@ class UploadFile:
         self.content_type = content_type
         self.headers = headers
         self.size = 0
-        self._memory: bytearray | None = bytearray()
+        # in memory: the parser's chunks as they came (kept, not copied); None once spilled
+        self._memory: list[bytes] | None = []
         self._file: IO[bytes] | None = None
         self._uploads = uploads
         self._closed = False
@@ -123,7 +152,7 @@ class UploadFile:
         """Add ``data``: to memory, or to the temporary file once it spilled."""
         if self._file is None:
             assert self._memory is not None
-            self._memory += data
+            self._memory.append(data if type(data) is bytes else bytes(data))
             self.size += len(data)
             return
         self._uploads.reserve(len(data))
@@ -139,11 +168,12 @@ class UploadFile:
             return 0
         memory = self._memory
         assert memory is not None
-        self._file = self._uploads.new_file()  # closed, and given back, by close()
+        self._file = self._uploads.new_file(self)  # closed, and given back, by close()
         self._memory = None
-        self.size = 0
-        self.write(memory)
-        return len(memory)
+        held, self.size = self.size, 0
+        for chunk in memory:
+            self.write(chunk)
+        return held
 
     def finished(self) -> None:
         """The part ended: reading starts from the beginning."""
@@ -173,12 +203,11 @@ class UploadFile:
         file = self._file
         if file is not None:
             return file.read(size) or b""
-        memory = self._memory
-        assert memory is not None
+        memory = self._joined()
         start = self._position
         end = len(memory) if size < 0 else min(len(memory), start + size)
         self._position = max(start, end)
-        return bytes(memory[start:end])
+        return memory[start:end]
 
     async def seek(self, offset: int) -> None:
         """Move where reading is to ``offset`` bytes from the beginning."""
@@ -197,9 +226,9 @@ class UploadFile:
             raise ValueError(f"chunk size must be positive, got {size}")
         file = self._file
         if file is None:
-            memory = self._memory or b""
+            memory = self._joined()
             for start in range(0, len(memory), size):
-                yield bytes(memory[start : start + size])
+                yield memory[start : start + size]
             return
         offset = 0
         while chunk := os.pread(file.fileno(), size, offset):
@@ -207,14 +236,28 @@ class UploadFile:
             yield chunk
 
     def __aiter__(self) -> AsyncIterator[bytes]:
+        """The contents from the beginning in pieces (of at most 256 KiB from disk; in memory, as they came)."""
+        if self._file is None and self._memory is not None:
+            return self._pieces(self._memory)
         return self.chunks()
+
+    async def _pieces(self, memory: list[bytes]) -> AsyncIterator[bytes]:
+        for piece in memory:
+            yield piece
+
+    def _joined(self) -> bytes:
+        """The contents in memory, as one bytes (joined once, when first read whole)."""
+        memory = self._memory
+        assert memory is not None
+        if len(memory) != 1:
+            memory[:] = [b"".join(memory)]
+        return memory[0]
 
     async def save(self, path: str | os.PathLike[str]) -> int:
         """Write the contents to ``path`` (made or replaced), in a thread; returns the bytes written."""
         self._check_open()
         if self._file is None:
-            data = bytes(self._memory or b"")
-            return await asyncio.to_thread(_write_bytes, os.fspath(path), data)
+            return await asyncio.to_thread(_write_bytes, os.fspath(path), self._joined())
         return await asyncio.to_thread(_copy_out, self._file, os.fspath(path))
 
     def close(self) -> None:
@@ -226,7 +269,7 @@ class UploadFile:
         file, self._file = self._file, None
         if file is not None:
             file.close()
-            self._uploads.release(self.size)
+            self._uploads.release(self, self.size)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -242,7 +242,7 @@ class Compression:
             return response
         if isinstance(response, StreamResponse):
             response.content = self._stream(coding, response.content)
-            response.headers["Content-Encoding"] = coding
+            _encoded(response, coding)
             return response
         body = response.render(request.app.json)
         size = len(body)
@@ -253,7 +253,7 @@ class Compression:
             compressed = self._compress(coding, body)
             if len(compressed) <= _MIN_GAIN * size:
                 response = response.with_body(compressed)
-                response.headers["Content-Encoding"] = coding
+                _encoded(response, coding)
                 return response
         return response.with_body(body)  # rendered once: the server does not render it again
 
@@ -270,3 +270,16 @@ class Compression:
             aclose = getattr(content, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+
+def _encoded(response: Response, coding: str) -> None:
+    """``response``'s body is now ``coding``-encoded: say so, and make a strong ETag weak, as nginx does.
+
+    The encoded bytes are not the ones the strong tag named (RFC 9110 §8.8.3): a
+    weak tag still answers ``If-None-Match`` (304), never ``If-Match`` or ``If-Range``.
+    """
+    headers = response.headers
+    headers["Content-Encoding"] = coding
+    etag = headers.get("ETag")
+    if etag is not None and not etag.startswith("W/"):
+        headers["ETag"] = "W/" + etag

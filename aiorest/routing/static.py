@@ -4,8 +4,8 @@ The file name comes from the raw request target, not from the decoded path the
 router matched: a ``%2f`` must stay inside its segment rather than become a
 separator. Each segment is decoded on its own and refused if it could climb
 or jump (``..``, ``.``, an empty segment, a slash or back slash, a NUL, a drive
-name such as ``C:``); the joined path is then resolved, symbolic links
-followed, and must still lie inside the directory. Anything refused is a 404,
+name such as ``C:``); the file opened at the joined path, symbolic links
+followed, must still lie inside the directory (FileResponse checks it). Anything refused is a 404,
 like a file that does not exist; a directory is a 404 too (no listing).
 """
 
@@ -22,7 +22,7 @@ __all__ = ["StaticFiles", "safe_path"]
 
 
 def safe_path(root: str, raw_rest: str) -> str | None:
-    """The resolved file path for ``raw_rest`` (still percent-encoded) under ``root`` (resolved), or None."""
+    """The file path for ``raw_rest`` (still percent-encoded) under ``root`` (resolved), or None."""
     parts = []
     for segment in raw_rest.split("/"):
         try:
@@ -38,10 +38,9 @@ def safe_path(root: str, raw_rest: str) -> str | None:
         ):
             return None
         parts.append(name)
-    resolved = os.path.realpath(os.path.join(root, *parts))
-    if os.path.commonpath([resolved, root]) != root or resolved == root:
-        return None
-    return resolved
+    # No segment can climb or jump: the joined path is under root. Where a symbolic link
+    # leads is checked on the file once opened (FileResponse, its root set).
+    return os.path.join(root, *parts)
 
 
 class StaticFiles:

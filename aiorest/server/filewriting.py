@@ -1,9 +1,15 @@
-"""Writing a FileResponse: the file opened off the loop, then its segments by ``loop.sendfile`` or by reads.
+"""Writing a FileResponse: the file opened, then its segments sent by ``loop.sendfile`` or by reads.
+
+The file is opened and stat'ed on the loop, as nginx does: for a file whose inode
+is in the kernel's cache, microseconds, where a worker thread's round trip costs
+a hundred (measured: bench/uploads.py, files).
 
 ``loop.sendfile`` hands the copy to the kernel where the loop and transport
 allow it (asyncio's selector loop on a plain socket). Elsewhere — uvloop, whose
-loop does not implement it, and TLS — the file is read a chunk at a time in a
-worker thread, each chunk written once the transport has taken the last
+loop does not implement it, and TLS — the file is read a chunk at a time: on the
+loop with ``RWF_NOWAIT`` while its pages are in the page cache (the read cannot
+block: the kernel answers EAGAIN instead), in a worker thread when they must come
+from the disk. Each chunk is written once the transport has taken the last
 (``drain``): memory stays bounded by one chunk plus the transport's buffer
 limit, whatever the file's size.
 
@@ -14,6 +20,7 @@ time of the copy, which would hide a client's close from the connection.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 from collections.abc import Awaitable, Callable
 
@@ -45,13 +52,8 @@ async def write_file(
 ) -> tuple[int, int] | None:
     """Send ``response`` for ``request``: (status, body bytes sent), or None when the client went away."""
     wanted = {name: value for name in FILE_REQUEST_HEADERS if (value := request.header(name)) is not None}
-    opening = loop.run_in_executor(None, response.prepare, request.method, wanted)
     try:
-        # Shielded: a handler cancelled now (its client gone) must still close the file the thread opens.
-        body: FileBody = await asyncio.shield(opening)
-    except asyncio.CancelledError:
-        opening.add_done_callback(_close_opened)
-        raise
+        body: FileBody = response.prepare(request.method, wanted)
     except HTTPError as exc:
         error = error_response(exc)
         if transport.is_closing():
@@ -96,11 +98,6 @@ async def write_file(
         body.close()
 
 
-def _close_opened(opening: asyncio.Future[FileBody]) -> None:
-    if not opening.cancelled() and opening.exception() is None:
-        opening.result().close()
-
-
 async def _copy(
     transport: asyncio.WriteTransport,
     loop: asyncio.AbstractEventLoop,
@@ -109,15 +106,42 @@ async def _copy(
     count: int,
     drain: Callable[[], Awaitable[None]],
 ) -> int:
-    """``count`` bytes of ``fd`` from ``offset``, read in a worker thread a chunk at a time."""
+    """``count`` bytes of ``fd`` from ``offset``, read a chunk at a time: on the loop what the page
+    cache holds, in a worker thread what must come from the disk."""
     sent = 0
     while sent < count:
         if transport.is_closing():
             raise ConnectionResetError("the client closed the connection")
-        chunk = await loop.run_in_executor(None, os.pread, fd, min(CHUNK, count - sent), offset + sent)
+        size = min(CHUNK, count - sent)
+        chunk = _read_cached(fd, size, offset + sent)
+        if chunk is None:
+            chunk = await loop.run_in_executor(None, os.pread, fd, size, offset + sent)
         if not chunk:
             raise RuntimeError("the file shrank while it was sent")  # the length sent is wrong now: close
         transport.write(chunk)
         sent += len(chunk)
         await drain()
     return sent
+
+
+_nowait = hasattr(os, "preadv") and hasattr(os, "RWF_NOWAIT")  # False once the file system refuses it
+
+
+def _read_cached(fd: int, size: int, offset: int) -> bytes | memoryview | None:
+    """Up to ``size`` bytes at ``offset`` if the page cache holds them (a read that cannot block); None if not."""
+    global _nowait
+    if not _nowait:
+        return None
+    buffer = bytearray(size)
+    try:
+        read = os.preadv(fd, [buffer], offset, os.RWF_NOWAIT)
+    except BlockingIOError:
+        return None  # not cached: the disk it is
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+            _nowait = False  # a file system (or kernel) without RWF_NOWAIT for buffered reads
+            return None
+        raise
+    if read == 0 and size:
+        return b""  # the end of the file: the caller's check
+    return memoryview(buffer)[:read]

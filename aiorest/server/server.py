@@ -212,6 +212,7 @@ class Server:
         for connection in list(self._state.connections):
             if connection.transport is not None:
                 connection.transport.abort()
+        self.app.uploads.close_all()  # the temporary files of uploads cut short
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None

@@ -1,7 +1,8 @@
 """Typed handlers: declared inputs and outputs, bound with msgspec, and the OpenAPI document they give."""
 
 from .binding import TypedEndpoint
-from .declare import VALIDATION_MESSAGE, Body, Cookie, HandlerSignature, Header, Parameter, Query, read_signature
+from .declare import VALIDATION_MESSAGE, HandlerSignature, Parameter, read_signature
+from .markers import Body, Cookie, Form, Header, Query
 from .openapi import OPENAPI_VERSION, SECURED, HasRoutes, build_openapi, raises
 
 __all__ = [
@@ -9,6 +10,7 @@ __all__ = [
     "Header",
     "Cookie",
     "Body",
+    "Form",
     "Parameter",
     "HandlerSignature",
     "read_signature",

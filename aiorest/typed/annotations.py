@@ -7,12 +7,14 @@ import types
 from collections.abc import Callable
 from typing import Annotated, Any, Union, get_args, get_origin
 
+from ..http.uploads import UploadFile
+
 try:
     import msgspec
 except ImportError:  # an optional dependency: require_msgspec says so when it is needed
     msgspec = None  # type: ignore[assignment]
 
-__all__ = ["hinted", "strip_annotated", "union_args", "sequence_item", "require_msgspec"]
+__all__ = ["hinted", "strip_annotated", "union_args", "sequence_item", "gathered_class", "is_upload", "require_msgspec"]
 
 _SEQUENCES = frozenset({list, tuple, set, frozenset})
 
@@ -58,3 +60,23 @@ def sequence_item(tp: Any) -> Any | None:
     if origin is tuple:
         return items[0] if len(items) == 2 and items[1] is Ellipsis else None
     return items[0] if items else None
+
+
+def is_upload(tp: Any) -> bool:
+    """Whether ``tp`` takes a form's files: ``UploadFile``, ``list[UploadFile]``, either Optional."""
+    tp = strip_annotated(tp)
+    args = union_args(tp)
+    if args is not None:
+        others = [arg for arg in args if arg is not type(None)]
+        return len(others) == 1 and is_upload(others[0])
+    item = sequence_item(tp)
+    if item is not None:
+        tp = strip_annotated(item)
+    return isinstance(tp, type) and issubclass(tp, UploadFile)
+
+
+def gathered_class(tp: Any) -> Any:
+    """The Struct, dataclass or TypedDict of ``Annotated[Model | None, Query()]`` (or ``Form()``)."""
+    tp = strip_annotated(tp)
+    members = union_args(tp)
+    return tp if members is None else strip_annotated(next(one for one in members if one is not type(None)))

@@ -17,8 +17,9 @@ from ..http.exceptions import HTTPUnprocessableEntity
 from ..http.jsonbody import bad_body
 from ..http.request import Request
 from ..http.response import Response, to_response
-from .annotations import sequence_item, strip_annotated
 from .declare import VALIDATION_MESSAGE, HandlerSignature, Parameter
+from .fields import Model, Spec, add_problem, bind_model, bind_values, model, problem, spec
+from .forms import FormBinding
 
 try:
     import msgspec
@@ -27,25 +28,14 @@ except ImportError:  # typed.read_signature refuses typed handlers without it
 
 __all__ = ["TypedEndpoint"]
 
-# One scalar to bind: (argument name, key, type to convert to or None to pass the
-# text as it is, many values (repeated keys), required, location prefix).
-_Spec = tuple[str, str, Any, bool, bool, str]
 _JSON = "application/json"
-
-
-def _spec(param: Parameter, prefix: str) -> _Spec:
-    many = sequence_item(param.annotation) is not None
-    tp = param.annotation
-    if tp is str or (many and tp in (list[str],)):
-        tp = None  # the text itself: nothing to convert or check
-    return (param.name, param.key, tp, many, param.required, f"{prefix}{param.key}")
 
 
 class TypedEndpoint:
     """A typed handler bound to its route: binds, validates, calls, encodes.
 
-    Every invalid input (path, query, header, cookie; the body's first problem,
-    which is all msgspec reports) is collected into one 422 answer. It is
+    Every invalid input (path, query, header, cookie, form field; the body's first
+    problem, which is all msgspec reports) is collected into one 422 answer. It is
     returned as a Response, which costs far less than raising, unless the app
     has an exception handler for it: then ``raise_errors`` is set at startup and
     an :class:`~aiorest.HTTPUnprocessableEntity` is raised instead.
@@ -63,6 +53,7 @@ class TypedEndpoint:
         "_cookies",
         "_body",
         "_body_required",
+        "_form",
         "_strict_content_type",
         "_decoder",
         "_encoder",
@@ -78,10 +69,11 @@ class TypedEndpoint:
         self.raise_errors = False
         self._request = signature.request
         path: list[tuple[str, str, Any]] = []
-        query: list[_Spec] = []
-        gathered: list[tuple[str, Any, tuple[_Spec, ...], bool]] = []
-        headers: list[_Spec] = []
-        cookies: list[_Spec] = []
+        query: list[Spec] = []
+        gathered: list[Model] = []
+        forms: list[Parameter] = []
+        headers: list[Spec] = []
+        cookies: list[Spec] = []
         self._body: str | None = None
         self._body_required = True
         self._strict_content_type = signature.strict_content_type
@@ -95,18 +87,20 @@ class TypedEndpoint:
                 self._body = param.name
                 self._body_required = param.required
                 self._decoder = msgspec.json.Decoder(param.annotation)
+            elif param.source == "form":
+                forms.append(param)
             elif param.fields:
-                specs = tuple(_spec(field, "query.") for field in param.fields)
-                gathered.append((param.name, strip_annotated(param.annotation), specs, param.required))
+                gathered.append(model(param, "query"))
             else:
                 {"query": query, "header": headers, "cookie": cookies}[param.source].append(
-                    _spec(param, f"{param.source}.")
+                    spec(param, f"{param.source}.")
                 )
         self._path = tuple(path)
         self._query = tuple(query)
         self._gathered = tuple(gathered)
         self._headers = tuple(headers)
         self._cookies = tuple(cookies)
+        self._form = FormBinding(forms) if forms else None
         self._encoder = msgspec.json.Encoder() if signature.returns is not None else None
         self._status = signature.status or 200
         self._empty_status = signature.status or 204
@@ -121,24 +115,18 @@ class TypedEndpoint:
         errors: list[dict[str, str]] | None = None
         if self._body is not None:
             errors = await self._read_body(request, kwargs)
+        elif self._form is not None:
+            errors = await self._form.bind(request, kwargs)
         if self._path:
             errors = self._bind_path(request, kwargs, errors)
         if self._query:
-            errors = _bind(request.query, self._query, kwargs, errors)
-        for name, cls, specs, required in self._gathered:
-            values: dict[str, Any] = {}
-            found = _bind(request.query, specs, values, None)
-            if found is not None:
-                errors = found if errors is None else errors + found
-            elif values or required:
-                try:
-                    kwargs[name] = cls(**values)
-                except (TypeError, ValueError) as exc:  # its __post_init__ refused: as msgspec treats a body
-                    errors = _add(errors, {"location": "query", "message": str(exc)})
+            errors = bind_values(request.query, self._query, kwargs, errors)
+        for gathered in self._gathered:
+            errors = bind_model(request.query, gathered, kwargs, errors)
         if self._headers:
-            errors = _bind(request.headers, self._headers, kwargs, errors)
+            errors = bind_values(request.headers, self._headers, kwargs, errors)
         if self._cookies:
-            errors = _bind(request.cookies, self._cookies, kwargs, errors)
+            errors = bind_values(request.cookies, self._cookies, kwargs, errors)
         if errors is not None:
             if self.raise_errors:
                 raise HTTPUnprocessableEntity(VALIDATION_MESSAGE, details=errors)
@@ -167,7 +155,7 @@ class TypedEndpoint:
                 body.decode()  # msgspec checks only the strings it keeps: JSON is UTF-8 throughout
             kwargs[self._body] = self._decoder.decode(body)
         except msgspec.ValidationError as exc:
-            return [_problem("body", str(exc))]
+            return [problem("body", str(exc))]
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise bad_body(f"request body is not valid JSON: {exc}") from None
         except RecursionError:  # msgspec's depth is bounded by Python's recursion limit
@@ -185,52 +173,10 @@ class TypedEndpoint:
                 try:
                     value = msgspec.convert(value, check)
                 except msgspec.ValidationError as exc:
-                    errors = _add(errors, _problem(f"path.{key}", str(exc)))
+                    errors = add_problem(errors, problem(f"path.{key}", str(exc)))
                     continue
             kwargs[name] = value
         return errors
-
-
-def _bind(
-    source: Any, specs: tuple[_Spec, ...], out: dict[str, Any], errors: list[dict[str, str]] | None
-) -> list[dict[str, str]] | None:
-    """Take each spec's value out of ``source`` (a MultiDict, Headers or dict) into ``out``."""
-    for name, key, tp, many, required, location in specs:
-        if many:
-            value: Any = source.getall(key)
-            if not value:
-                value = None
-        else:
-            value = source.get(key)
-        if value is None:
-            if required:
-                errors = _add(errors, {"location": location, "message": "required"})
-            continue  # the default applies
-        if tp is not None:
-            try:
-                value = msgspec.convert(value, tp, strict=False)
-            except msgspec.ValidationError as exc:
-                errors = _add(errors, _problem(location, str(exc)))
-                continue
-        out[name] = value
-    return errors
-
-
-def _add(errors: list[dict[str, str]] | None, problem: dict[str, str]) -> list[dict[str, str]]:
-    if errors is None:
-        return [problem]
-    errors.append(problem)
-    return errors
-
-
-def _problem(location: str, message: str) -> dict[str, str]:
-    """A msgspec error as a problem: its ``- at `$.a[0].b``` suffix goes into the location."""
-    message, at, path = message.partition(" - at `$")
-    if at:
-        location += path[:-1]  # ".a[0].b" or "[0]", without the closing backquote
-    if message.startswith("Object missing required field `"):
-        location += "." + message[31:-1]
-    return {"location": location, "message": message}
 
 
 def _error_body(errors: list[dict[str, str]]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 A handler's signature is read once, when its route is registered in an App:
 each parameter besides the request gets its source (path, query, header,
-cookie or body), its name on the wire and a checked type, and the return
+cookie, body or form), its name on the wire and a checked type, and the return
 annotation may name a response model. A handler that takes only the request,
 returns no model and whose route declares no status or headers is called as it
 is: it pays nothing. Any other is wrapped in a
@@ -27,7 +27,7 @@ import types
 import typing
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from ..http.exceptions import VALIDATION_MESSAGE
 from ..http.request import Request
@@ -35,10 +35,11 @@ from ..http.response import Response
 from ..routing.convertors import Convertor, python_type
 from ..routing.route import describe
 from .annotations import hinted as _hinted
-from .annotations import require_msgspec
+from .annotations import is_upload, require_msgspec
 from .annotations import sequence_item as _sequence_item
 from .annotations import strip_annotated as _strip
 from .annotations import union_args as _union_args
+from .markers import Body, Form, Marker, Source
 
 try:
     import msgspec
@@ -46,62 +47,11 @@ except ImportError:  # an optional dependency: typed handlers say so when regist
     msgspec = None  # type: ignore[assignment]
 
 __all__ = [
-    "Query",
-    "Header",
-    "Cookie",
-    "Body",
     "Parameter",
     "HandlerSignature",
     "read_signature",
     "VALIDATION_MESSAGE",
 ]
-
-Source = Literal["path", "query", "header", "cookie", "body"]
-
-
-# -- markers -----------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Marker:
-    alias: str | None = None
-    source: ClassVar[Source]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Query(_Marker):
-    """``Annotated[int, Query("page-size")]``: a query parameter read under another key.
-
-    A parameter without a marker that is not a path parameter is a query
-    parameter under its own name already. On a Struct, dataclass or TypedDict,
-    ``Query()`` gathers the query parameters into it, one per field.
-    """
-
-    source: ClassVar[Source] = "query"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Header(_Marker):
-    """``Annotated[str, Header()]``: a request header, by default the parameter's name
-    with ``_`` written ``-`` (``x_token`` reads ``X-Token``); ``alias`` names it."""
-
-    source: ClassVar[Source] = "header"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Cookie(_Marker):
-    """``Annotated[str | None, Cookie("session")]``: a cookie, by default under the parameter's name."""
-
-    source: ClassVar[Source] = "cookie"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Body(_Marker):
-    """``Annotated[list[Item], Body()]``: the JSON body, when its type is not a Struct,
-    dataclass or TypedDict (which are the body without a marker)."""
-
-    source: ClassVar[Source] = "body"
-
 
 # -- what was declared ---------------------------------------------------------------
 
@@ -111,11 +61,11 @@ class Parameter:
     """One declared input of a typed handler.
 
     ``name`` is the handler's parameter; ``key`` its name on the wire (the path
-    parameter, query key, header name in lower case, cookie name; ``""`` for the
-    body). ``annotation`` is the declared type, ``Annotated`` constraints kept.
+    parameter, query key, header name in lower case, cookie name, form field; ``""`` for the
+    body and for a gathered model). ``annotation`` is the declared type, ``Annotated`` constraints kept.
     ``default`` is meaningful only when ``required`` is False. The marker
     (:class:`Header`, ...) is left out of ``annotation``: ``source`` says it. ``fields``: for
-    query parameters gathered into one Struct, dataclass or TypedDict, one
+    query parameters or a form gathered into one Struct, dataclass or TypedDict, one
     Parameter a field (``name`` is then the field's name).
     """
 
@@ -238,6 +188,13 @@ def _read(
     bodies = [p.name for p in declared if p.source == "body"]
     if len(bodies) > 1:
         raise _Declared(f"parameters {bodies[0]!r} and {bodies[1]!r} both read the body; a handler has one body")
+    forms = [p.name for p in declared if p.source == "form"]
+    if bodies and forms:
+        raise _Declared(f"parameters {bodies[0]!r} and {forms[0]!r} read the body as JSON and as a form: choose one")
+    models = [p.name for p in declared if p.source == "form" and not p.key]
+    if models and len(forms) > 1:
+        other = next(name for name in forms if name != models[0])
+        raise _Declared(f"parameter {models[0]!r} gathers the form into a model: make {other!r} one of its fields")
     return tuple(declared), request_name
 
 
@@ -272,12 +229,14 @@ def _parameter(param: inspect.Parameter, hint: Any, path_params: Mapping[str, Co
     args = _union_args(base)
     if args is not None and len(args) == 2 and type(None) in args:
         base = _strip(args[0] if args[1] is type(None) else args[1])  # Optional: its type says the source
+    if isinstance(marker, Form) or (marker is None and is_upload(hint)):
+        return _form_parameter(what, name, marker, hint, base, required, default)
     if isinstance(marker, Body) or (marker is None and _is_model_class(base)):
         _check_schema(hint, what)
         return Parameter(name, "body", "", hint, required, default)
     source: Source = "query" if marker is None else marker.source
     if source == "query" and _is_model_class(base):
-        return Parameter(name, "query", "", hint, required, default, _gathered_fields(what, base))
+        return Parameter(name, "query", "", hint, required, default, _gathered_fields(what, base, "query"))
     key = name
     if marker is not None and marker.alias:
         key = marker.alias
@@ -289,17 +248,28 @@ def _parameter(param: inspect.Parameter, hint: Any, path_params: Mapping[str, Co
     return Parameter(name, source, key, hint, required, default)
 
 
-def _marker(hint: Any) -> _Marker | None:
+def _form_parameter(
+    what: str, name: str, marker: Marker | None, hint: Any, base: Any, required: bool, default: Any
+) -> Parameter:
+    """A form gathered into a Struct, dataclass or TypedDict, or one field (or file) of it."""
+    if _is_model_class(base):
+        return Parameter(name, "form", "", hint, required, default, _gathered_fields(what, base, "form"))
+    _check_field(what, hint, "form")
+    key = marker.alias if marker is not None and marker.alias else name
+    return Parameter(name, "form", key, hint, required, default)
+
+
+def _marker(hint: Any) -> Marker | None:
     if get_origin(hint) is Annotated:
         for extra in hint.__metadata__:
-            if isinstance(extra, _Marker):
+            if isinstance(extra, Marker):
                 return extra
     return None
 
 
 def _without_marker(hint: Any) -> Any:
     """``Annotated[int, Header(), Meta(ge=1)]`` is ``Annotated[int, Meta(ge=1)]``: the source is said elsewhere."""
-    kept = tuple(extra for extra in hint.__metadata__ if not isinstance(extra, _Marker))
+    kept = tuple(extra for extra in hint.__metadata__ if not isinstance(extra, Marker))
     return Annotated[(hint.__origin__, *kept)] if kept else hint.__origin__
 
 
@@ -343,7 +313,7 @@ def _is_scalar(tp: Any) -> bool:
     return tp in _SCALARS or (isinstance(tp, type) and issubclass(tp, enum.Enum))
 
 
-def _check_scalar(what: str, hint: Any, many_allowed: bool) -> None:
+def _check_scalar(what: str, hint: Any, many_allowed: bool, files: bool = False) -> None:
     if _is_scalar(hint):
         return
     item = _sequence_item(hint)
@@ -352,6 +322,8 @@ def _check_scalar(what: str, hint: Any, many_allowed: bool) -> None:
     kinds = "a str, int, float, bool, UUID, Decimal, date/time, Enum or Literal"
     if many_allowed:
         kinds += " (or a list of them, for repeated keys)"
+    if files:
+        kinds += ", or an UploadFile (list[UploadFile], UploadFile | None)"
     raise _Declared(
         f"{what}: unsupported annotation {hint!r}: it must be {kinds}; "
         "a Struct, dataclass or TypedDict is the JSON body, Annotated[..., Body()] marks another body type"
@@ -369,18 +341,25 @@ def _check_path_type(what: str, hint: Any, convertor: Convertor) -> None:
         )
 
 
-def _gathered_fields(what: str, cls: type) -> tuple[Parameter, ...]:
-    """The fields of a Struct, dataclass or TypedDict that gathers query parameters."""
+def _check_field(what: str, hint: Any, source: Source) -> None:
+    """A query parameter, or a form's field: a scalar or a list of them; a form's may be files."""
+    if source != "form" or not is_upload(hint):
+        _check_scalar(what, hint, many_allowed=True, files=source == "form")
+
+
+def _gathered_fields(what: str, cls: type, source: Source) -> tuple[Parameter, ...]:
+    """The fields of a Struct, dataclass or TypedDict that gathers query parameters, or a form."""
     fields: list[Parameter] = []
     info = msgspec.inspect.type_info(cls)
     if not isinstance(info, (msgspec.inspect.StructType, msgspec.inspect.DataclassType, msgspec.inspect.TypedDictType)):
-        raise _Declared(f"{what}: query parameters gather into a Struct, a dataclass or a TypedDict, not {cls!r}")
+        what_gathers = "query parameters gather" if source == "query" else "a form gathers"
+        raise _Declared(f"{what}: {what_gathers} into a Struct, a dataclass or a TypedDict, not {cls!r}")
     hints = typing.get_type_hints(cls, include_extras=True)
     for field in info.fields:
         hint = hints[field.name]
-        _check_scalar(f"{what}, field {field.name!r}", hint, many_allowed=True)
+        _check_field(f"{what}, field {field.name!r}", hint, source)
         default = None if field.default is msgspec.NODEFAULT else field.default
-        fields.append(Parameter(field.name, "query", field.encode_name, hint, field.required, default))
+        fields.append(Parameter(field.name, source, field.encode_name, hint, field.required, default))
     return tuple(fields)
 
 
@@ -390,4 +369,6 @@ def _check_schema(hint: Any, what: str) -> None:
         msgspec.json.schema(hint)
     except (TypeError, ValueError, NameError) as exc:
         first_line = str(exc).splitlines()[-1] if str(exc) else type(exc).__name__
+        if "UploadFile" in first_line:  # a file comes in a form, never in JSON
+            first_line += "; files come in a form: Annotated[..., Form()]"
         raise _Declared(f"{what}: unsupported annotation {hint!r}: {first_line}") from None

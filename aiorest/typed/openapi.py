@@ -20,10 +20,11 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..http.response import Response
+from ..http.uploads import UploadFile
 from ..routing.convertors import Convertor, python_type
 from ..routing.metadata import SECURED, is_secured, raised, raises
 from ..routing.table import RouteTable
-from .annotations import hinted, require_msgspec, strip_annotated, union_args
+from .annotations import gathered_class, hinted, is_upload, require_msgspec, strip_annotated, union_args
 from .declare import VALIDATION_MESSAGE, HandlerSignature, Parameter
 from .docpages import DocsEndpoint
 from .doctext import described, docstring
@@ -156,8 +157,43 @@ class _Types:
         return len(self._types) - 1
 
     def resolve(self) -> tuple[tuple[dict[str, Any], ...], dict[str, Any]]:
-        schemas, components = msgspec.json.schema_components(self._types, ref_template=_REF)
-        return schemas, {name: described(schema) for name, schema in components.items()}
+        schemas, components = msgspec.json.schema_components(self._types, schema_hook=_file_schema, ref_template=_REF)
+        return schemas, {name: described(_file_fields(schema)) for name, schema in components.items()}
+
+
+_BINARY = {"type": "string", "format": "binary"}
+
+
+def _file_schema(tp: Any) -> dict[str, Any]:
+    """An upload is a file: how OpenAPI says it, and what makes Swagger UI show a file input."""
+    if isinstance(tp, type) and issubclass(tp, UploadFile):
+        return dict(_BINARY)
+    raise NotImplementedError  # msgspec says it cannot describe the type
+
+
+def _file_fields(schema: dict[str, Any]) -> dict[str, Any]:
+    """A form model's optional files as files (``UploadFile | None`` gives ``anyOf`` file or null).
+
+    A form cannot send null: a file left out is absent, which the model's
+    ``required`` says; and Swagger UI shows a file input only for a plain file.
+    Only a model with files is changed, and it is a form's only (msgspec decodes
+    no upload from JSON).
+    """
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return schema
+    return {**schema, "properties": {name: _plain_file(field) for name, field in properties.items()}}
+
+
+def _plain_file(schema: dict[str, Any]) -> dict[str, Any]:
+    members = schema.get("anyOf")
+    if not isinstance(members, list) or len(members) != 2 or {"type": "null"} not in members:
+        return schema
+    other = members[0] if members[1] == {"type": "null"} else members[1]
+    if other != _BINARY and other.get("items") != _BINARY:
+        return schema
+    kept = {key: value for key, value in schema.items() if key != "anyOf" and (key, value) != ("default", None)}
+    return {**other, **kept}
 
 
 class _Operation:
@@ -175,9 +211,13 @@ class _Operation:
             tp = param.annotation if param is not None and param.annotation is not None else _type_of(convertor)
             self.parameters.append(({"name": name, "in": "path", "required": True}, types.add(tp), None))
         self.body: tuple[Parameter, int] | None = None
+        self.form: list[tuple[Parameter, int]] = []  # a model, or each field
         for param in signature.parameters if signature else ():
             if param.source == "body":
                 self.body = (param, types.add(param.annotation))
+            elif param.source == "form":
+                described_type = gathered_class(param.annotation) if param.fields else param.annotation
+                self.form.append((param, types.add(described_type)))
             elif param.source != "path":
                 for one in param.fields or (param,):
                     where = {"name": one.key, "in": param.source, "required": one.required}
@@ -205,6 +245,8 @@ class _Operation:
         if self.body is not None:
             param, index = self.body
             operation["requestBody"] = {"required": param.required, "content": {_JSON: {"schema": schemas[index]}}}
+        if self.form:
+            operation["requestBody"] = _form_body(self.form, schemas)
         status = route.status or 200
         success: dict[str, Any] = {"description": HTTPStatus(status).phrase}
         if status not in _NO_CONTENT and self.returns is not None:
@@ -216,7 +258,7 @@ class _Operation:
             }
         responses: dict[str, Any] = {str(status): success}
         errors = []
-        if self.body is not None:
+        if self.body is not None or self.form:
             errors += [400, 415]
         if self.template.params:
             errors.append(404)
@@ -229,6 +271,28 @@ class _Operation:
 
 
 _ANY = -1  # a JSON body of no known schema
+_MULTIPART = "multipart/form-data"
+_URLENCODED = "application/x-www-form-urlencoded"
+
+
+def _form_body(form: list[tuple[Parameter, int]], schemas: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    """A form's request body: its model's schema, or an object of its fields; multipart (and
+    urlencoded, when it takes no file)."""
+    first, index = form[0]
+    if first.fields:
+        fields, schema, required = first.fields, schemas[index], first.required
+    else:
+        fields = tuple(param for param, _ in form)
+        properties = {param.key: _plain_file(_with_default(schemas[at], param.default)) for param, at in form}
+        schema = {"type": "object", "properties": properties}
+        names = [param.key for param in fields if param.required]
+        if names:
+            schema["required"] = names
+        required = bool(names)
+    media_types = [_MULTIPART]
+    if not any(is_upload(field.annotation) for field in fields):
+        media_types.append(_URLENCODED)
+    return {"required": required, "content": {media: {"schema": schema} for media in media_types}}
 
 
 def _returns(handler: Any, types: _Types) -> int | None:

@@ -58,6 +58,27 @@ def test_multipart_parsers_bench_prints_both_parsers_on_every_body():
     assert "[3/3] 20 small fields" in done.stderr  # progress is shown
 
 
+def test_uploads_bench_writes_its_tables_and_plots(tmp_path):
+    if shutil.which("wrk") is None or shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists():
+        pytest.skip("wrk and nginx are needed (apt-get install -y wrk nginx)")
+    done = subprocess.run(
+        [sys.executable, "bench/uploads.py", "--smoke", "--contenders", "aiorest,nginx", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    uploads, files = summary["parts"]["uploads"], summary["parts"]["files"]
+    assert set(uploads) == {"upload 1 MiB", "upload 64 MiB", "form of 20 fields"}
+    assert all(cell["aiorest"]["rps"]["mean"] > 0 and cell["aiorest"]["errors"] == 0 for cell in uploads.values())
+    assert files["file 1 KiB"]["aiorest/nginx"]["cpu_ratio"] > 0  # nginx served the same files
+    assert "| file 1 MiB |" in done.stdout and "files round 1/1" in done.stderr
+    for png in ("uploads.png", "files.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_instructions_per_request_cancel_the_start_up_out():
     sys.path.insert(0, str(ROOT))
     from bench.instructions import per_request

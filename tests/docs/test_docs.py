@@ -331,18 +331,29 @@ async def exercise_test_ping(module: ModuleType, aiorest_client: Any) -> None:
 
 
 async def exercise_test_ping_aiohttp(module: ModuleType, aiohttp_client: Any) -> None:
-    # The same, with pytest-aiohttp's aiohttp_client (as aiorest's plugin teaches it aiorest Apps). Each
-    # test's clients are closed after it, as pytest would: the example's tests share one App.
-    clients: list[Any] = []
+    # The same, with pytest-aiohttp's aiohttp_client (as aiorest's plugin teaches it aiorest Apps).
+    tests = (module.test_ping, module.test_server_and_client_options, module.test_ping_with_an_explicit_server)
+    await _run_tests([(test, aiohttp_client) for test in tests])
 
-    async def client_for_this_test(*args: Any, **kwargs: Any) -> Any:
-        clients.append(await aiohttp_client(*args, **kwargs))
-        return clients[-1]
 
-    for test in (module.test_ping, module.test_server_and_client_options, module.test_ping_with_an_explicit_server):
+async def _run_tests(tests: list[tuple[Callable[[Any], Awaitable[None]], Any]]) -> None:
+    """Run an example's tests, each with its client fixture, closing the clients a test made after it,
+    as pytest would: the example's tests share one App, which runs once at a time."""
+    for test, fixture in tests:
+        clients: list[Any] = []
+
+        async def client_for_this_test(*args: Any, _fixture: Any = fixture, _made: Any = clients, **kwargs: Any) -> Any:
+            _made.append(await _fixture(*args, **kwargs))
+            return _made[-1]
+
         await test(client_for_this_test)
-        while clients:
-            await clients.pop().close()
+        for client in clients:
+            await client.close()
+
+
+async def exercise_test_uploads(module: ModuleType, aiorest_client: Any, aiohttp_client: Any) -> None:
+    # The example's tests, one with aiorest's fixture, one with pytest-aiohttp's.
+    await _run_tests([(module.test_upload, aiorest_client), (module.test_upload_with_pytest_aiohttp, aiohttp_client)])
 
 
 async def exercise_inventory(module: ModuleType, client: Any) -> None:
@@ -445,6 +456,50 @@ async def exercise_typed_orders(module: ModuleType, client: Any) -> None:
         ]
     async with client.get("/customers?limit=1", headers={"Cookie": "session=s"}) as response:
         assert await response.json() == {"customers": ["Ada"], "signed_in": True, "self": "/customers"}
+
+
+async def exercise_typed_forms(module: ModuleType, client: Any) -> None:
+    sent = [("name", "Ada"), ("age", ""), ("languages", "en"), ("languages", "fr"), ("newsletter", "true")]
+    async with client.post("/profiles", data=sent) as response:
+        assert response.status == 201
+        assert await response.json() == {
+            "name": "Ada",
+            "age": None,
+            "newsletter": True,
+            "languages": ["en", "fr"],
+            "plan": "free",
+            "avatar": None,
+            "photos": [],
+        }
+    form = aiohttp.FormData()
+    form.add_field("name", "Ada")
+    form.add_field("avatar", b"face", filename="me.png")
+    form.add_field("photos", b"12", filename="1.jpg")
+    form.add_field("photos", b"345", filename="2.jpg")
+    async with client.post("/profiles", data=form) as response:
+        body = await response.json()
+    assert (body["avatar"], body["photos"]) == ("me.png", [2, 3])
+    async with client.post("/profiles", data={"name": "Ada", "age": "-1", "plan": "gold"}) as response:
+        assert response.status == 422
+        assert [problem["location"] for problem in (await response.json())["error"]["details"]] == [
+            "form.age",
+            "form.plan",
+        ]
+    document = os.urandom(2 * 1024 * 1024)  # past the server's 1 MiB: the route's own limit
+    form = aiohttp.FormData()
+    form.add_field("document", io.BytesIO(document), filename="report.pdf")
+    async with client.post("/documents", data=form) as response:
+        assert await response.json() == {
+            "title": "report.pdf",
+            "sha256": hashlib.sha256(document).hexdigest(),
+            "size": len(document),
+        }
+    async with client.post("/documents", json={"title": "x"}) as response:
+        assert response.status == 415
+    async with client.get("/openapi.json") as response:
+        spec = await response.json()
+    content = spec["paths"]["/documents"]["post"]["requestBody"]["content"]
+    assert content["multipart/form-data"]["schema"]["properties"]["document"] == {"type": "string", "format": "binary"}
 
 
 async def exercise_openapi_docs(module: ModuleType, client: Any) -> None:
@@ -719,7 +774,9 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "limits": exercise_limits,
     "test_ping": exercise_test_ping,
     "test_ping_aiohttp": exercise_test_ping_aiohttp,
+    "test_uploads": exercise_test_uploads,
     "typed_orders": exercise_typed_orders,
+    "typed_forms": exercise_typed_forms,
     "openapi_docs": exercise_openapi_docs,
     "cors": exercise_cors,
     "compression": exercise_compression,
@@ -758,6 +815,8 @@ async def test_example(
         await exercise(module, aiorest_client)
     elif name == "test_ping_aiohttp":
         await exercise(module, aiohttp_client)
+    elif name == "test_uploads":
+        await exercise(module, aiorest_client, aiohttp_client)
     elif name == "errors":
         await exercise(module, await aiorest_client(module.app), caplog)
     elif name == "behind_proxy":  # serves itself: the proxy setting is the server's

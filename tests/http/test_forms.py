@@ -11,6 +11,8 @@ import asyncio
 import hashlib
 import io
 import os
+import shutil
+import subprocess
 import tracemalloc
 from pathlib import Path
 
@@ -102,8 +104,8 @@ async def test_urlencoded_fields_in_order_with_repeats_and_utf8(aiorest_client, 
 
 
 async def test_multipart_fields_and_files_small_in_memory_large_on_disk(aiorest_client, tmp_path):
-    client = await aiorest_client(forms_app(tmp_path))
-    small, large = os.urandom(1000), os.urandom(600_000)  # spool_threshold: 256 KiB
+    client = await aiorest_client(forms_app(tmp_path, FormLimits(spool_threshold=256 * 1024)))
+    small, large = os.urandom(1000), os.urandom(600_000)
     form = aiohttp.FormData()
     form.add_field("title", "hello ü")
     form.add_field("doc", small, filename="small.txt", content_type="text/plain")
@@ -117,7 +119,24 @@ async def test_multipart_fields_and_files_small_in_memory_large_on_disk(aiorest_
     assert second["size"] == 600_000 and not second["memory"] and second["type"] == "application/octet-stream"
     assert body["_sha256"] == [hashlib.sha256(small).hexdigest(), hashlib.sha256(large).hexdigest()]
     assert body["_spool_dir"] == []  # the client's file name never became a path, nor did anything else
-    assert client.app.uploads.on_disk == 0 and client.app.uploads.open_files == 0  # closed after the response
+    uploads = client.app.uploads
+    assert uploads.on_disk == uploads.open_files == uploads.in_memory == 0  # closed after the response
+
+
+async def test_the_memory_of_all_forms_of_a_process_is_bounded(aiorest_client, tmp_path):
+    limits = FormLimits(max_process_memory=100_000, max_memory=1024 * 1024)
+    client = await aiorest_client(forms_app(tmp_path, limits))
+    form = aiohttp.FormData()
+    form.add_field("file", io.BytesIO(os.urandom(300_000)), filename="f")  # under spool_threshold, over the budget
+    response = await client.post("/form", data=form)
+    assert response.status == 200 and (await response.json())["file"][0]["memory"] is False  # spilled at once
+    response = await send(client.port, raw_post("/form", multipart_body(("f", b"x" * 150_000, None))))
+    assert response.status == 503 and response.header("retry-after") == "1"
+    assert "max_process_memory" in response.json()["error"]["message"]
+    response = await send(client.port, raw_post("/form", b"f=" + b"x" * 150_000, "application/x-www-form-urlencoded"))
+    assert response.status == 503
+    uploads = client.app.uploads
+    assert uploads.in_memory == uploads.on_disk == uploads.open_files == 0
 
 
 async def test_a_route_of_its_own_size_streams_a_large_upload_to_disk(aiorest_client, tmp_path):
@@ -336,3 +355,51 @@ async def test_a_large_upload_streams_to_disk_in_bounded_memory(aiorest_client, 
         writer.close()
     assert response.status == 200 and response.json()["sha256"] == hashlib.sha256(data).hexdigest()
     assert peak < 8 * 1024 * 1024, peak  # the server's part, with the client's MiB
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A file system of 1 MiB (tmpfs), or a skip where this process cannot mount one."""
+    where = tmp_path / "small-disk"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+async def test_a_full_disk_answers_507_and_leaves_nothing(aiorest_client, small_disk):
+    app = App(uploads=Uploads(directory=small_disk))
+
+    @app.post("/upload", max_body_size=8 * 1024 * 1024)
+    async def upload(request: Request) -> dict:
+        return {"size": (await request.form())["file"].size}
+
+    client = await aiorest_client(app)
+    response = await send(client.port, raw_post("/upload", multipart_body(("file", os.urandom(3 * 1024 * 1024), "f"))))
+    assert response.status == 507 and response.json()["error"]["message"] == "no space left to store the upload"
+    assert app.uploads.on_disk == app.uploads.open_files == 0
+    assert shutil.disk_usage(small_disk).used == 0  # the anonymous file went with its descriptor
+    response = await send(client.port, raw_post("/upload", multipart_body(("file", os.urandom(1000), "f"))))
+    assert response.status == 200
+
+
+async def test_a_server_stop_mid_upload_closes_the_files(tmp_path):
+    app = forms_app(tmp_path)
+    server = Server(app, host="127.0.0.1", port=0)
+    await server.start()
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    body = multipart_body(("file", os.urandom(5 * 1024 * 1024), "f"))
+    writer.write(raw_post("/upload", body)[: 3 * 1024 * 1024])  # and never the rest
+    await writer.drain()
+    for _ in range(100):
+        if app.uploads.open_files:
+            break
+        await asyncio.sleep(0.02)
+    assert app.uploads.open_files == 1
+    await server.stop(timeout=0.5)
+    writer.close()
+    assert app.uploads.on_disk == app.uploads.open_files == 0

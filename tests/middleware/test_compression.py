@@ -483,3 +483,22 @@ def test_without_brotli_only_gzip_and_deflate() -> None:
 )
 def test_compressible(media_type: str, expected: bool) -> None:
     assert compressible(media_type) is expected
+
+
+async def test_a_compressed_body_gets_a_weak_etag_that_still_answers_304(aiorest_client) -> None:
+    app = App(middleware=[Compression()])
+    body = {"items": ["repeat me"] * 500}
+
+    @app.get("/doc")
+    async def doc(request: Request) -> JSONResponse:
+        return JSONResponse(body, headers={"ETag": '"v7"'})
+
+    client = await aiorest_client(app)
+    async with client.get("/doc", headers={"Accept-Encoding": "gzip"}) as response:
+        assert response.headers["Content-Encoding"] == "gzip"
+        assert response.headers["ETag"] == 'W/"v7"'  # the gzip bytes are not the ones "v7" named
+    async with client.get("/doc", headers={"Accept-Encoding": "identity"}) as response:
+        assert "Content-Encoding" not in response.headers and response.headers["ETag"] == '"v7"'
+    headers = {"Accept-Encoding": "gzip", "If-None-Match": 'W/"v7"'}
+    async with client.get("/doc", headers=headers) as response:
+        assert response.status == 304

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from aiorest import App, HTTPConflict, Server
+from aiorest import App, HTTPConflict, JSONResponse, Server
 from aiorest.db import Database
 from tests.ops.test_admission import serving as admission_serving
 
@@ -120,6 +120,26 @@ async def test_requests_are_counted_by_route_template_method_and_status(caplog):
     assert value(found, "aiorest_requests_in_flight") == 0
     assert value(found, "aiorest_event_loop_lag_seconds_count") > 0
     assert "a bug" in caplog.text  # logged as before, not sent
+
+
+async def test_a_304_the_server_answers_is_counted_as_304():
+    app = App()
+
+    @app.get("/doc")
+    async def doc(request):
+        return JSONResponse({"v": 1}, headers={"ETag": '"v1"'})
+
+    async with serving(app) as (server, session):
+        async with session.get("/doc") as response:
+            assert response.status == 200
+        async with session.get("/doc", headers={"If-None-Match": '"v1"'}) as response:
+            assert response.status == 304
+        async with session.get("/doc", headers={"If-Match": '"v0"'}) as response:
+            assert response.status == 412
+        found = await scrape(session)
+    assert value(found, "aiorest_requests_total", route="/doc", method="GET", status="200") == 1
+    assert value(found, "aiorest_requests_total", route="/doc", method="GET", status="304") == 1
+    assert value(found, "aiorest_requests_total", route="/doc", method="GET", status="412") == 1
 
 
 async def test_an_unknown_method_is_counted_as_other():

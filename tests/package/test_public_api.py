@@ -58,6 +58,7 @@ DOCUMENTED = {
     ],
     "aiorest.typed": [
         "Body",
+        "Form",
         "Cookie",
         "Header",
         "Query",

@@ -199,14 +199,28 @@ class HeadReader:
         self._ready()
 
     def _receive_slices(self, data: memoryview) -> None:
-        """A large read, a slice at a time, so that a full pipeline or body buffer stops it promptly."""
+        """A large read, a slice at a time, so that a full pipeline or body buffer stops it promptly.
+
+        Inside a body a slice is as large as the room left in the body's buffer: a large
+        upload is parsed in a few large pieces, not in many of 16 KiB (each piece costs a
+        chunk for the handler to take, whatever its size).
+        """
         conn = self._conn
-        for start in range(0, len(data), _FEED_SLICE):
+        body = self._body
+        start, end = 0, len(data)
+        while start < end:
             if not conn.want_read:
                 if not conn.stopped:
                     self._unparsed = data[start:]  # parsed once want_read is True again: receive_unparsed
                 return
-            self.receive_data(data[start : start + _FEED_SLICE])
+            if body.receiving is not None and not self._in_head:
+                size = max(_FEED_SLICE, body.buffer_limit - body.buffered)
+                piece = data[start : start + size]
+                self._receive_body(piece, len(piece))
+            else:
+                size = _FEED_SLICE
+                self.receive_data(data[start : start + size])
+            start += size
 
     def has_unparsed(self) -> bool:
         return self._unparsed is not None
