@@ -5,7 +5,8 @@ of 256 KiB, so that every host of a cluster serves every attachment and a
 backup of the database holds them. Neither way does a file sit whole in memory:
 
 * **Upload.** ``POST /notes/{id}/attachments`` takes a ``multipart/form-data``
-  form whose ``file`` part is the file. The route's own ``max_body_size`` lets
+  form whose ``file`` part is the file (a typed ``UploadFile`` parameter: the
+  OpenAPI document shows the form). The route's own ``max_body_size`` lets
   it past the server's 1 MiB; aiorest spools the part to an anonymous temporary
   file as it arrives (docs/forms.rst); then one transaction locks the owner's
   row, checks the quota, and copies the file into ``attachment_chunks`` a chunk
@@ -44,13 +45,13 @@ from msgspec import Struct
 from aiorest import (
     App,
     BackgroundTasksFull,
-    FormLimits,
+    Handler,
     HTTPError,
     HTTPNotFound,
     HTTPNotModified,
     HTTPPayloadTooLarge,
-    HTTPUnprocessableEntity,
     Request,
+    Response,
     Router,
     StreamResponse,
     UploadFile,
@@ -58,7 +59,7 @@ from aiorest import (
 from aiorest.db import Database
 from aiorest.http import check_preconditions
 from aiorest.security import identity, login_required
-from aiorest.typed import VALIDATION_MESSAGE, raises
+from aiorest.typed import raises
 
 from . import queries
 from .queries import MAX_ID
@@ -79,8 +80,6 @@ DEFAULT_QUOTA = 512 * _MiB
 #: Attachments a listing shows at most.
 MAX_LISTED = 1000
 
-# One file and a few fields (none used); the file as large as the route allows.
-_FORM_LIMITS = FormLimits(max_parts=8, max_fields=7, max_files=1, max_file_size=MAX_SIZE)
 # What a client's Content-Type must look like to be sent back as ours (else application/octet-stream).
 _MEDIA_TYPE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,62}/[a-z0-9][a-z0-9!#$&^_.+-]{0,62}$")
 
@@ -143,38 +142,41 @@ def _attachment(request: Request, row: dict[str, Any]) -> Attachment:
     )
 
 
-@router.post("/notes/{note_id:int}/attachments", status=201, max_body_size=MAX_BODY)
-@raises(HTTPPayloadTooLarge, HTTPUnprocessableEntity)
-@login_required
-async def upload_attachment(request: Request, note_id: int) -> Attachment:
-    """Attach the form's ``file`` part (multipart/form-data) to a note of the caller's: 201.
+async def refuse_early(request: Request, handler: Handler) -> Response:
+    """The upload route's middleware, before the form is read (a client that sent
+    ``Expect: 100-continue`` sends none of it): 404 for no such note, 413 for a body
+    whose ``Content-Length`` alone is past what is left of the caller's quota."""
+    user = await identity(request)
+    if user is not None:  # else login_required answers 401
+        note_id: int = request.path_params["note_id"]
+        _ids(note_id)
+        database = _db(request)
+        if await database.fetchone(queries.SELECT_NOTE, (note_id, user.id)) is None:
+            raise HTTPNotFound("no such note")
+        least = _least_file_size(request.headers.get("Content-Length", ""))
+        if least > 0:
+            quota: int = request.app.state.attachment_quota
+            used = await database.fetchval(queries.QUOTA_USED, (user.id,))
+            if used + least > quota:
+                _refuse(quota, used, least, exact=False)
+    response: Response = await handler(request)
+    return response
 
-    413 past the file size or the caller's quota, each named; 422 without a ``file`` part.
-    Send an ``Idempotency-Key`` to retry safely: a repeat stores nothing and gets the first answer.
+
+@router.post("/notes/{note_id:int}/attachments", status=201, max_body_size=MAX_BODY, middleware=[refuse_early])
+@raises(HTTPPayloadTooLarge)
+@login_required
+async def upload_attachment(request: Request, note_id: int, file: UploadFile) -> Attachment:
+    """Attach ``file``, a part of a multipart/form-data form, to a note of the caller's: 201.
+
+    413 past the file size or the caller's quota, each named. Send an ``Idempotency-Key``
+    to retry safely: a repeat stores nothing and gets the first answer.
     """
     _ids(note_id)
     owner = await _owner(request)
     quota: int = request.app.state.attachment_quota
     database = _db(request)
-    # Before the body is read (a client that sent Expect: 100-continue sends none): no such note,
-    # or a body too large for what is left of the quota even without its form, is refused at once.
-    if await database.fetchone(queries.SELECT_NOTE, (note_id, owner)) is None:
-        raise HTTPNotFound("no such note")
-    least = _least_file_size(request.headers.get("Content-Length", ""))
-    if least > 0:
-        used = await database.fetchval(queries.QUOTA_USED, (owner,))
-        if used + least > quota:
-            _refuse(quota, used, least, exact=False)
-    form = await request.form(limits=_FORM_LIMITS)
-    upload = form.get("file")
-    if not isinstance(upload, UploadFile):
-        raise HTTPUnprocessableEntity(
-            VALIDATION_MESSAGE,
-            details=[
-                {"location": "body.file", "message": "send the file as the part 'file' of a multipart/form-data form"}
-            ],
-        )
-    if upload.size > MAX_SIZE:  # the form may have been read before, with the app's limits
+    if file.size > MAX_SIZE:  # the form is read with the app's FormLimits, 1 GiB a file
         raise HTTPPayloadTooLarge(
             f"a file is at most {MAX_SIZE} bytes (ATTACHMENT_MAX_SIZE)", details={"max_size": MAX_SIZE}
         )
@@ -183,15 +185,15 @@ async def upload_attachment(request: Request, note_id: int) -> Attachment:
             raise HTTPNotFound("no such note")
         await tx.execute(queries.LOCK_USER_QUOTA, (owner,))
         used = await tx.fetchval(queries.QUOTA_USED, (owner,))
-        if used + upload.size > quota:
-            _refuse(quota, used, upload.size)
+        if used + file.size > quota:
+            _refuse(quota, used, file.size)
         attachment_id = await tx.fetchval(
             queries.INSERT_ATTACHMENT,
-            (note_id, owner, display_name(upload.filename), media_type(upload.content_type), upload.size, CHUNK_SIZE),
+            (note_id, owner, display_name(file.filename), media_type(file.content_type), file.size, CHUNK_SIZE),
         )
         digest = hashlib.sha256()
         seq = 0
-        async for chunk in fixed_chunks(upload, CHUNK_SIZE):
+        async for chunk in fixed_chunks(file, CHUNK_SIZE):
             digest.update(chunk)
             await tx.execute(queries.INSERT_CHUNK, (attachment_id, seq, chunk))
             seq += 1
