@@ -295,6 +295,10 @@ async def download_attachment(request: Request, note_id: int, attachment_id: int
     return StreamResponse(content, status, headers, row["content_type"])
 
 
+class ChunkMissing(Exception):
+    """A chunk of an attachment is not there: deleted with it since it was looked up, or lost."""
+
+
 async def stream_chunks(
     database: Database, attachment_id: int, first: int, last: int, chunk_size: int
 ) -> AsyncIterator[bytes]:
@@ -308,7 +312,7 @@ async def stream_chunks(
     for seq, offset, length in queries.chunk_reads(first, last, chunk_size):
         data = await database.fetchval(queries.SELECT_CHUNK, (offset, length, attachment_id, seq))
         if data is None or len(data) != length:
-            raise RuntimeError(f"attachment {attachment_id} lost its chunk {seq} while it was sent")
+            raise ChunkMissing(f"attachment {attachment_id} has no chunk {seq} (deleted meanwhile?)")
         yield bytes(data)
 
 
@@ -329,8 +333,13 @@ async def verify_attachment(database: Database, attachment_id: int) -> None:
     if row is None:  # deleted already
         return
     digest = hashlib.sha256()
-    async for chunk in stream_chunks(database, attachment_id, 0, row["size"] - 1, row["chunk_size"]):
-        digest.update(chunk)
+    try:
+        async for chunk in stream_chunks(database, attachment_id, 0, row["size"] - 1, row["chunk_size"]):
+            digest.update(chunk)
+    except ChunkMissing:
+        if await database.fetchone(queries.ATTACHMENT_FOR_CHECK, (attachment_id,)) is None:
+            return  # deleted while it was read: nothing to check
+        raise
     if digest.digest() != bytes(row["sha256"]):
         logger.error("attachment %d: the stored chunks do not hash to the SHA-256 of the upload", attachment_id)
         return

@@ -19,7 +19,16 @@ import pytest
 
 from aiorest.db import Database
 from example_app import create_app
-from example_app.attachments import CHUNK_SIZE, MAX_BODY, byte_range, content_disposition, display_name, media_type
+from example_app.attachments import (
+    CHUNK_SIZE,
+    MAX_BODY,
+    ChunkMissing,
+    byte_range,
+    content_disposition,
+    display_name,
+    media_type,
+    verify_attachment,
+)
 
 from .test_example_app import create, log_in, unique
 
@@ -376,3 +385,25 @@ async def test_an_upload_past_the_quota_by_its_length_is_refused_before_its_body
     finally:
         writer.close()
     assert head.startswith(b"HTTP/1.1 413 ")  # no 100 Continue first: the client sends no byte of the file
+
+
+async def test_a_download_cut_by_a_delete_ends_incomplete_and_the_check_lets_it_go(client, app):
+    note = await create(client)
+    data = a_file(24 * 1024 * 1024)
+    attachment = await upload(client, note["id"], data)
+    received = 0
+    with pytest.raises(aiohttp.ClientPayloadError):
+        async with client.get(attachment["url"]) as response:
+            assert response.status == 200
+            received += len(await response.content.readexactly(1 << 16))
+            async with client.delete(attachment["url"]) as deleted:
+                assert deleted.status == 204
+            async for chunk in response.content.iter_chunked(1 << 16):
+                received += len(chunk)
+    assert received < len(data)  # the chunks still to read were gone: never a short body taken as whole
+    await verify_attachment(app.state.db, attachment["id"])  # deleted: nothing to check, no error
+
+    kept = await upload(client, note["id"], a_file(3 * CHUNK_SIZE))
+    await app.state.db.execute("DELETE FROM attachment_chunks WHERE attachment_id = %s AND seq = 1", (kept["id"],))
+    with pytest.raises(ChunkMissing):  # lost while the attachment is there: an error, logged by the task
+        await verify_attachment(app.state.db, kept["id"])
