@@ -46,6 +46,7 @@ from aiorest import (
     App,
     BackgroundTasksFull,
     Handler,
+    HTTPConflict,
     HTTPError,
     HTTPNotFound,
     HTTPNotModified,
@@ -77,8 +78,8 @@ FORM_OVERHEAD = _MiB
 MAX_BODY = MAX_SIZE + FORM_OVERHEAD
 #: A user's attachments together, in bytes, unless ``ATTACHMENT_QUOTA`` says (see :func:`setup`).
 DEFAULT_QUOTA = 512 * _MiB
-#: Attachments a listing shows at most.
-MAX_LISTED = 1000
+#: Attachments a note holds at most (past it an upload is 409), so that its listing shows them all.
+MAX_PER_NOTE = 1000
 
 # What a client's Content-Type must look like to be sent back as ours (else application/octet-stream).
 _MEDIA_TYPE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,62}/[a-z0-9][a-z0-9!#$&^_.+-]{0,62}$")
@@ -164,12 +165,13 @@ async def refuse_early(request: Request, handler: Handler) -> Response:
 
 
 @router.post("/notes/{note_id:int}/attachments", status=201, max_body_size=MAX_BODY, middleware=[refuse_early])
-@raises(HTTPPayloadTooLarge)
+@raises(HTTPConflict, HTTPPayloadTooLarge)
 @login_required
 async def upload_attachment(request: Request, note_id: int, file: UploadFile) -> Attachment:
     """Attach ``file``, a part of a multipart/form-data form, to a note of the caller's: 201.
 
-    413 past the file size or the caller's quota, each named. Send an ``Idempotency-Key``
+    413 past the file size or the caller's quota, each named; 409 when the note has 1000
+    attachments already. Send an ``Idempotency-Key``
     to retry safely: a repeat stores nothing and gets the first answer.
     """
     _ids(note_id)
@@ -183,7 +185,12 @@ async def upload_attachment(request: Request, note_id: int, file: UploadFile) ->
     async with database.transaction() as tx:
         if await tx.fetchone(queries.LOCK_NOTE_FOR_ATTACHMENT, (note_id, owner)) is None:
             raise HTTPNotFound("no such note")
-        await tx.execute(queries.LOCK_USER_QUOTA, (owner,))
+        await tx.execute(queries.LOCK_USER_QUOTA, (owner,))  # the note's owner's: its count is counted under it too
+        if await tx.fetchval(queries.COUNT_NOTE_ATTACHMENTS, (note_id,)) >= MAX_PER_NOTE:
+            raise HTTPConflict(
+                f"this note has {MAX_PER_NOTE} attachments, as many as a note holds: delete some first",
+                details={"max_per_note": MAX_PER_NOTE},
+            )
         used = await tx.fetchval(queries.QUOTA_USED, (owner,))
         if used + file.size > quota:
             _refuse(quota, used, file.size)
@@ -237,11 +244,11 @@ async def fixed_chunks(upload: UploadFile, size: int) -> AsyncIterator[bytes]:
 @router.get("/notes/{note_id:int}/attachments")
 @login_required
 async def list_attachments(request: Request, note_id: int) -> list[Attachment]:
-    """The attachments of a note of the caller's, oldest first (at most 1000); 404 for no such note."""
+    """The attachments of a note of the caller's (a note holds at most 1000), oldest first; 404 for no such note."""
     _ids(note_id)
     owner = await _owner(request)
     database = _db(request)
-    rows = await database.fetchall(queries.SELECT_ATTACHMENTS, (note_id, owner, MAX_LISTED))
+    rows = await database.fetchall(queries.SELECT_ATTACHMENTS, (note_id, owner, MAX_PER_NOTE))
     if not rows and await database.fetchone(queries.SELECT_NOTE, (note_id, owner)) is None:
         raise HTTPNotFound("no such note")
     return [_attachment(request, row) for row in rows]

@@ -145,6 +145,7 @@ ATTACHMENT_COLUMNS = "id, note_id, filename, content_type, size, sha256, created
 LOCK_NOTE_FOR_ATTACHMENT = "SELECT id FROM notes WHERE id = %s AND owner_id = %s FOR KEY SHARE"
 LOCK_USER_QUOTA = "SELECT id FROM users WHERE id = %s FOR NO KEY UPDATE"
 QUOTA_USED = "SELECT coalesce(sum(size), 0) FROM attachments WHERE owner_id = %s"
+COUNT_NOTE_ATTACHMENTS = "SELECT count(*) FROM attachments WHERE note_id = %s"
 INSERT_ATTACHMENT = (
     "INSERT INTO attachments (note_id, owner_id, filename, content_type, size, chunk_size)"
     " VALUES (%s, %s, %s, %s, %s, %s) RETURNING id"

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from aiorest.db import Database
-from example_app import create_app
+from example_app import attachments, create_app
 from example_app.attachments import (
     CHUNK_SIZE,
     MAX_BODY,
@@ -407,3 +407,14 @@ async def test_a_download_cut_by_a_delete_ends_incomplete_and_the_check_lets_it_
     await app.state.db.execute("DELETE FROM attachment_chunks WHERE attachment_id = %s AND seq = 1", (kept["id"],))
     with pytest.raises(ChunkMissing):  # lost while the attachment is there: an error, logged by the task
         await verify_attachment(app.state.db, kept["id"])
+
+
+async def test_a_note_holds_a_bounded_number_of_attachments(client, monkeypatch):
+    monkeypatch.setattr(attachments, "MAX_PER_NOTE", 2)
+    note = await create(client)
+    for _ in range(2):
+        await upload(client, note["id"], b"x")
+    refused = await upload(client, note["id"], b"x", expect=409)
+    assert refused["error"]["details"] == {"max_per_note": 2}
+    async with client.get(f"/notes/{note['id']}/attachments") as response:
+        assert len(await response.json()) == 2
