@@ -185,7 +185,7 @@ async def upload_attachment(request: Request, note_id: int, file: UploadFile) ->
     async with database.transaction() as tx:
         if await tx.fetchone(queries.LOCK_NOTE_FOR_ATTACHMENT, (note_id, owner)) is None:
             raise HTTPNotFound("no such note")
-        await tx.execute(queries.LOCK_USER_QUOTA, (owner,))  # the note's owner's: its count is counted under it too
+        await tx.execute(queries.LOCK_USER_QUOTA, (owner,))  # one upload of this user at a time: the counts below hold
         if await tx.fetchval(queries.COUNT_NOTE_ATTACHMENTS, (note_id,)) >= MAX_PER_NOTE:
             raise HTTPConflict(
                 f"this note has {MAX_PER_NOTE} attachments, as many as a note holds: delete some first",
