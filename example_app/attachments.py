@@ -34,11 +34,8 @@ import datetime
 import hashlib
 import logging
 import os
-import re
-import unicodedata
 from collections.abc import AsyncIterator
-from typing import Any, Literal, NoReturn
-from urllib.parse import quote
+from typing import Any, NoReturn
 
 from msgspec import Struct
 
@@ -63,6 +60,7 @@ from aiorest.security import identity, login_required
 from aiorest.typed import raises
 
 from . import queries
+from .headers import byte_range, content_disposition, display_name, media_type
 from .queries import MAX_ID
 
 logger = logging.getLogger("example_app.attachments")
@@ -81,8 +79,6 @@ DEFAULT_QUOTA = 512 * _MiB
 #: Attachments a note holds at most (past it an upload is 409), so that its listing shows them all.
 MAX_PER_NOTE = 1000
 
-# What a client's Content-Type must look like to be sent back as ours (else application/octet-stream).
-_MEDIA_TYPE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,62}/[a-z0-9][a-z0-9!#$&^_.+-]{0,62}$")
 
 router = Router()
 
@@ -351,53 +347,3 @@ async def verify_attachment(database: Database, attachment_id: int) -> None:
         logger.error("attachment %d: the stored chunks do not hash to the SHA-256 of the upload", attachment_id)
         return
     await database.execute(queries.VERIFY_ATTACHMENT, (attachment_id, digest.digest()))
-
-
-# -- the headers -------------------------------------------------------------------------
-
-
-def display_name(filename: str | None) -> str:
-    """The client's file name as shown and sent back: its last path segment (some browsers send
-    ``C:\\Users\\...``), without control characters, at most 255 characters; ``attachment`` if none is left."""
-    name = re.split(r"[/\\]", filename or "")[-1]
-    name = "".join(char for char in name if unicodedata.category(char)[0] != "C").strip()
-    return name[:255] or "attachment"
-
-
-def media_type(content_type: str) -> str:
-    """The part's declared type if it is a plain ``type/subtype`` (parameters dropped), else
-    ``application/octet-stream``."""
-    base = content_type.partition(";")[0].strip().lower()
-    return base if _MEDIA_TYPE.match(base) else "application/octet-stream"
-
-
-def content_disposition(filename: str) -> str:
-    """``attachment`` with the name twice (RFC 6266): ``filename`` in ASCII for old clients,
-    ``filename*`` in UTF-8, percent-encoded, for the others."""
-    fallback = "".join(char if " " <= char <= "~" and char not in '"\\%' else "_" for char in filename)
-    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
-
-
-def byte_range(header: str, size: int) -> tuple[int, int] | Literal["unsatisfiable"] | None:
-    """The one range of a ``Range`` value as (first, last), inclusive (RFC 9110, 14.1.2).
-
-    None: answer the whole file (not one ``bytes`` range we read, or several ranges,
-    which a server may ignore); ``"unsatisfiable"``: no byte of it is in the file (416).
-    """
-    unit, _, spec = header.partition("=")
-    if unit.strip().lower() != "bytes" or "," in spec:
-        return None
-    first_text, dash, last_text = (part.strip() for part in spec.partition("-"))
-    if not dash or not all(text.isascii() and text.isdigit() for text in (first_text, last_text) if text):
-        return None
-    if not first_text:  # a suffix: the last N bytes
-        if not last_text:
-            return None
-        length = int(last_text)
-        return (max(size - length, 0), size - 1) if length and size else "unsatisfiable"
-    first = int(first_text)
-    if last_text and int(last_text) < first:
-        return None  # invalid: the header is ignored
-    if first >= size:
-        return "unsatisfiable"
-    return first, min(int(last_text), size - 1) if last_text else size - 1

@@ -23,12 +23,9 @@ from example_app.attachments import (
     CHUNK_SIZE,
     MAX_BODY,
     ChunkMissing,
-    byte_range,
-    content_disposition,
-    display_name,
-    media_type,
     verify_attachment,
 )
+from example_app.headers import byte_range, content_disposition, display_name, media_type
 
 from .test_example_app import create, log_in, unique
 
