@@ -10,6 +10,7 @@ memory but the chunk being sent.
 
 from __future__ import annotations
 
+import io
 import mimetypes
 import os
 import secrets
@@ -192,7 +193,8 @@ def _open_regular(path: str, root: str | None) -> BinaryIO | None:
     the check and the open in which a link could be swapped.
     """
     try:
-        file = open(path, "rb")  # noqa: SIM115  (the server closes it once sent)
+        # Unbuffered: every read is a pread of its own, and a BufferedReader would cost a third of the open.
+        file: BinaryIO = io.FileIO(path, "r")  # closed by the server once sent
     except (OSError, ValueError):  # ValueError: a NUL in the path
         return None
     fd = file.fileno()

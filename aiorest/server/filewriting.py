@@ -71,21 +71,27 @@ async def write_file(
     try:
         if transport.is_closing():
             return None
-        transport.write(response_head(response, body.length, False, header_lines, connection, request_id))
+        head = response_head(response, body.length, False, header_lines, connection, request_id)
         if request.method == "HEAD" or body.file is None:
+            transport.write(head)
             return response.status, 0
         sent = 0
-        native = True
+        # asyncio's own loops have sendfile (a TLS transport still refuses it); uvloop has none.
+        native = isinstance(loop, asyncio.BaseEventLoop)
         for prefix, offset, count in body.segments:
-            if prefix:
-                transport.write(prefix)
             if native:
+                transport.write(head + prefix)
+                head = b""
+                if not count:  # an empty file: loop.sendfile wants a positive count
+                    continue
                 try:
                     sent += await loop.sendfile(transport, body.file, offset, count, fallback=False)
                     continue
                 except _NO_SENDFILE:
                     native = False
-            sent += await _copy(transport, loop, body.file.fileno(), offset, count, drain)
+            # The head and the first chunk go in one write: a small file is one send, not two.
+            sent += await _copy(transport, loop, body.file.fileno(), offset, count, drain, head + prefix)
+            head = b""
         if body.trailer:
             transport.write(body.trailer)
         await drain()
@@ -105,9 +111,10 @@ async def _copy(
     offset: int,
     count: int,
     drain: Callable[[], Awaitable[None]],
+    before: bytes = b"",
 ) -> int:
     """``count`` bytes of ``fd`` from ``offset``, read a chunk at a time: on the loop what the page
-    cache holds, in a worker thread what must come from the disk."""
+    cache holds, in a worker thread what must come from the disk; ``before`` is written with the first."""
     sent = 0
     while sent < count:
         if transport.is_closing():
@@ -118,9 +125,15 @@ async def _copy(
             chunk = await loop.run_in_executor(None, os.pread, fd, size, offset + sent)
         if not chunk:
             raise RuntimeError("the file shrank while it was sent")  # the length sent is wrong now: close
-        transport.write(chunk)
+        if before:
+            transport.write(before + chunk)
+            before = b""
+        else:
+            transport.write(chunk)
         sent += len(chunk)
         await drain()
+    if before:  # nothing to read (an empty segment): what goes before it still goes
+        transport.write(before)
     return sent
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from email.utils import formatdate
 from typing import TYPE_CHECKING, Any
 
-from .._support.memory import give_back
+from .._support.memory import give_back, keep_buffers
 from ..http.datastructures import check_header_value
 from ._h1.body import BodyMemory
 from .interfaces import ServedConnection
@@ -61,6 +61,7 @@ class ServerState:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        keep_buffers()
         self._tick()
 
     def stop(self) -> None:

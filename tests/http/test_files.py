@@ -415,3 +415,22 @@ async def test_a_client_leaving_mid_file_leaves_no_open_file_by_sendfile(tmp_pat
 def test_a_client_leaving_mid_file_leaves_no_open_file_on_uvloop(tmp_path, cancel_on_disconnect):
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(client_leaving_mid_file_leaves_no_open_file(tmp_path, cancel_on_disconnect=cancel_on_disconnect))
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_an_empty_file_is_sent_with_its_head(root, loop_name):
+    (root / "empty.txt").write_bytes(b"")
+
+    async def main() -> None:
+        app = files_app(root)
+        async with TestClient(app) as client:
+            [response] = await fetch(client.server.port, get("/static/empty.txt"))
+            assert response.status == 200 and response.body == b"" and response.header("content-length") == "0"
+            [response] = await fetch(client.server.port, get("/static/empty.txt", "Range: bytes=0-"))
+            assert response.status == 200 and response.body == b""  # the range ignored (RFC 9110 §14.2: MAY)
+
+    if loop_name == "uvloop":
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(main())
+    else:
+        asyncio.run(main())

@@ -403,3 +403,19 @@ async def test_a_server_stop_mid_upload_closes_the_files(tmp_path):
     await server.stop(timeout=0.5)
     writer.close()
     assert app.uploads.on_disk == app.uploads.open_files == 0
+
+
+async def test_a_route_of_its_own_smaller_size_refuses_a_larger_body(aiorest_client):
+    app = App()
+
+    @app.post("/tiny", max_body_size=10)
+    async def tiny(request: Request) -> dict:
+        return {"size": len(await request.read())}
+
+    client = await aiorest_client(app)
+    head = "POST /tiny HTTP/1.1\r\nHost: t\r\n"
+    response = await send(client.port, f"{head}Content-Length: 11\r\n\r\n".encode() + b"x" * 11)
+    assert response.status == 413 and "limit of 10" in response.json()["error"]["message"]
+    chunked = f"{head}Transfer-Encoding: chunked\r\n\r\n6\r\nxxxxxx\r\n6\r\nxxxxxx\r\n0\r\n\r\n".encode()
+    assert (await send(client.port, chunked)).status == 413
+    assert (await send(client.port, f"{head}Content-Length: 10\r\n\r\n".encode() + b"x" * 10)).json() == {"size": 10}
