@@ -213,7 +213,10 @@ class _MultipartReader:
         limits = self.limits
         name = segment.name or ""
         self._name = name
-        headers = Headers([(key, value) for key, value in segment.headerlist])
+        try:
+            headers = Headers([(key, value) for key, value in segment.headerlist])
+        except ValueError as exc:  # a control character in a part's header: what a response would refuse
+            raise HTTPBadRequest(f"malformed multipart part header: {exc}") from None
         if segment.filename is not None:
             self.files += 1
             if self.files > limits.max_files:

@@ -316,11 +316,6 @@ async def test_a_32_mib_file_goes_through_with_memory_bounded(client, tmp_path: 
     assert peak < 4 * 1024 * 1024, peak
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="framework bug, left to the forms' owner: a control character in a part's header raises"
-    " ValueError in aiorest/http/forms.py (Headers checks the value) and the client gets 500, not 400",
-)
 async def test_a_part_header_with_a_control_character_is_400(client):
     note = await create(client)
     body, content_type = raw_form("a\x1b[31m.txt", "text/plain", b"x")

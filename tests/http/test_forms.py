@@ -419,3 +419,9 @@ async def test_a_route_of_its_own_smaller_size_refuses_a_larger_body(aiorest_cli
     chunked = f"{head}Transfer-Encoding: chunked\r\n\r\n6\r\nxxxxxx\r\n6\r\nxxxxxx\r\n0\r\n\r\n".encode()
     assert (await send(client.port, chunked)).status == 413
     assert (await send(client.port, f"{head}Content-Length: 10\r\n\r\n".encode() + b"x" * 10)).json() == {"size": 10}
+
+
+async def test_a_control_character_in_a_part_header_is_a_400_not_a_500(aiorest_client, tmp_path):
+    client = await aiorest_client(forms_app(tmp_path))
+    response = await send(client.port, raw_post("/form", multipart_body(("file", b"x", "a\x1b[31m.txt"))))
+    assert response.status == 400 and "part header" in response.json()["error"]["message"]
