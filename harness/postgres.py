@@ -55,11 +55,9 @@ def fresh_database(url: str) -> Iterator[str]:
             cursor.execute(f"CREATE DATABASE {name}")
         yield _with_database(url, name)
         with admin.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-                (name,),
-            )
-            cursor.execute(f"DROP DATABASE IF EXISTS {name}")
+            # FORCE (PostgreSQL 13) ends the sessions still on it and waits for them to go: a
+            # pg_terminate_backend first returned before its backend had gone, and the DROP failed.
+            cursor.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     finally:
         admin.close()
 
