@@ -118,9 +118,12 @@ DOCUMENTED = {
         "BackgroundTasks",
         "BackgroundTasksFull",
         "RequestTasks",
+        "EventSourceResponse",
+        "EventStreamParser",
+        "ServerSentEvent",
     ],
     "aiorest.ops": ["Admission", "HealthProbes", "Metrics", "prepare_multiprocess_dir", "worker_exited"],
-    "aiorest.testing": ["TestClient", "AiorestTestServer"],
+    "aiorest.testing": ["TestClient", "AiorestTestServer", "EventStream"],
     "aiorest.cli": ["main", "load_app"],
     "aiorest.server": [
         "Server",
