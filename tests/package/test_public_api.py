@@ -33,6 +33,10 @@ DOCUMENTED = {
         "load_migrations",
         "migrate",
         "migration_status",
+        "Notification",
+        "NotificationGap",
+        "Subscription",
+        "SubscriberTooSlow",
     ],
     "aiorest.security": [
         "AnyIdentity",
