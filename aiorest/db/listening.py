@@ -35,6 +35,8 @@ __all__ = ["Listener", "Subscription", "Notification", "NotificationGap", "Subsc
 
 logger = logging.getLogger("aiorest.db")
 
+#: Seconds between two checks that the LISTEN connection is alive.
+CHECK_EVERY = 10.0
 _RETRY_FIRST = 0.05  # seconds before the first reconnection attempt; doubled each failure
 _RETRY_MAX = 5.0
 _MAX_CHANNEL_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: a longer name is truncated, and would not match
@@ -163,6 +165,7 @@ class Listener:
         self._listening: set[str] = set()  # channels LISTENed on the connection open now
         self._lock = asyncio.Lock()  # one statement at a time on the connection, and one connect
         self._reconnecting: asyncio.Task[None] | None = None
+        self._checking: asyncio.Task[None] | None = None  # the connection's liveness check (see _check)
         self._closed = False
 
     @property
@@ -222,10 +225,11 @@ class Listener:
     async def close(self) -> None:
         """Close the connection; every subscription ends."""
         self._closed = True
-        if self._reconnecting is not None:
-            self._reconnecting.cancel()
-            await asyncio.wait((self._reconnecting,))
-            self._reconnecting = None
+        for task in (self._reconnecting, self._checking):
+            if task is not None:
+                task.cancel()
+                await asyncio.wait((task,))
+        self._reconnecting = self._checking = None
         for subscribers in self._channels.values():
             for subscription in subscribers:
                 subscription.end()
@@ -250,7 +254,25 @@ class Listener:
             notified=self._notified,
         )
         async with asyncio.timeout(self._statement_timeout):
-            return await driver.connect(options)
+            connection = await driver.connect(options)
+        if self._checking is None or self._checking.done():
+            self._checking = asyncio.get_running_loop().create_task(self._check())
+        return connection
+
+    async def _check(self) -> None:
+        """Every CHECK_EVERY seconds, ``SELECT 1`` on the connection: a reset that the loop missed (uvloop
+        can stop watching a reset socket without a callback) or a silent network is found, and mended."""
+        while self._connection is not None and not self._closed:
+            await asyncio.sleep(CHECK_EVERY)
+            connection = self._connection
+            if connection is None:
+                return
+            try:
+                async with self._lock:
+                    await connection.execute("SELECT 1", prepare=False)
+            except (psycopg2.Error, OSError) as exc:
+                connection.close()
+                self._lost(connection, exc)
 
     async def _listen(self, channel: str) -> None:
         if channel not in self._listening:

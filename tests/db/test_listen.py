@@ -75,15 +75,19 @@ async def test_a_slow_subscriber_is_dropped_and_the_others_go_on(db: Database) -
 
 
 async def test_it_listens_again_after_the_backend_was_terminated(db: Database, database_url: str, driver: str) -> None:
+    await listens_again(db, database_url, f"listen-{driver}-listen")
+
+
+async def listens_again(db: Database, database_url: str, name: str) -> None:
     async with db.listen("events") as subscription:
         await notify(db, "events", "before")
         assert [n.payload for n in await receive(subscription, 1)] == ["before"]  # type: ignore[attr-defined]
-        kill_backends(database_url, f"listen-{driver}-listen")
+        kill_backends(database_url, name)
         (gap,) = await receive(subscription, 1)  # once listening again: resync now
         assert isinstance(gap, NotificationGap) and gap.channel == "events"
         await notify(db, "events", "after")
         assert [n.payload for n in await receive(subscription, 1)] == ["after"]  # type: ignore[attr-defined]
-        assert len(listen_backends(database_url, f"listen-{driver}-listen")) == 1
+        assert len(listen_backends(database_url, name)) == 1
 
 
 async def test_subscribing_without_postgresql_is_a_503(driver: str) -> None:
@@ -104,3 +108,18 @@ async def test_closing_the_database_ends_the_subscriptions(database_url: str, dr
         await db.close()
         with pytest.raises(StopAsyncIteration):
             await asyncio.wait_for(waiting, 10)
+
+
+def test_it_listens_again_on_uvloop(database_url: str, driver: str) -> None:
+    uvloop = pytest.importorskip("uvloop")
+
+    async def scenario() -> None:
+        db = Database(database_url, min_size=1, driver=driver, application_name=f"uv-{driver}")
+        await db.open()
+        try:
+            await listens_again(db, database_url, f"uv-{driver}-listen")
+        finally:
+            await db.close()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(scenario())
