@@ -131,7 +131,7 @@ class TestClient:
 
 
 class EventStream:
-    """The events of a response, parsed as a browser's ``EventSource`` does (:class:`~aiorest.EventStreamParser`).
+    """The events of a response, parsed as a browser's ``EventSource`` does (:class:`~aiorest.http.EventStreamParser`).
 
     Iterate it for :class:`~aiorest.ServerSentEvent` objects (``data`` a str, ``event`` ``"message"``
     unless named, ``id`` the last id seen); it ends with the response. ``response`` is aiohttp's (status,
