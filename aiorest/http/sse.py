@@ -127,25 +127,19 @@ class EventSourceResponse(StreamResponse):
     async def frames(self, codec: JSONCodec, ending: Iterable[asyncio.Future[Any]]) -> AsyncIterator[bytes]:
         """The body's pieces: each event, and a heartbeat when it is due, until the iterator ends or one
         of ``ending`` is done (the client went away, the server stops). The server calls it."""
-        source = aiter(self.content)
-        waiting_for = set(ending)
-        pending: asyncio.Future[Any] | None = None
+        pump = _Pump(aiter(self.content))
+        ending = tuple(ending)
         try:
             if self.retry is not None:
                 yield b"retry: %d\n\n" % self.retry
             while True:
-                if pending is None:
-                    # A Task of its own for the next event: waiting for it can time out for a heartbeat
-                    # without cancelling the iterator.
-                    pending = asyncio.ensure_future(anext(source))
-                    waiting_for.add(pending)
-                done, _ = await asyncio.wait(waiting_for, timeout=self.heartbeat, return_when=asyncio.FIRST_COMPLETED)
-                if pending in done:
-                    waiting_for.discard(pending)
-                    finished, pending = pending, None
-                    try:
-                        item = finished.result()
-                    except StopAsyncIteration:
+                following = pump.ask()
+                done, _ = await asyncio.wait(
+                    (following, *ending), timeout=self.heartbeat, return_when=asyncio.FIRST_COMPLETED
+                )
+                if following in done:
+                    item = following.result()  # the iterator's error, if it raised
+                    if item is _END:
                         return
                     yield encode_event(item, codec)
                 elif done:
@@ -153,20 +147,68 @@ class EventSourceResponse(StreamResponse):
                 else:
                     yield HEARTBEAT
         finally:
-            await _close(source, pending)
+            await pump.close()
 
 
-async def _close(source: AsyncIterator[Any], pending: asyncio.Future[Any] | None) -> None:
-    """End the iterator: the step it waits in cancelled (CancelledError where it awaits), then ``aclose()``."""
-    if pending is not None:
-        pending.cancel()
-        await asyncio.wait((pending,))  # raises only if this task itself is cancelled meanwhile
-        error = None if pending.cancelled() else pending.exception()
-        if error is not None and not isinstance(error, StopAsyncIteration):
-            raise error
-    aclose = getattr(source, "aclose", None)
-    if aclose is not None:
-        await aclose()
+_END = object()  # the iterator ended
+
+
+class _Pump:
+    """Runs an iterator in one Task of its own, from its first step to its ``aclose()``, one item when asked.
+
+    Waiting for its next item can then time out (a heartbeat is due) without cancelling it, and it
+    runs in one context throughout: what it sets around a ``yield`` (a transaction's context
+    variable, say) is still set in its next step and can be reset in its ``finally``.
+    """
+
+    def __init__(self, source: AsyncIterator[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._next: asyncio.Future[Any] = loop.create_future()
+        self._go: asyncio.Future[None] = loop.create_future()  # set: take one step (a new one each step)
+        self._asked = False
+        self._task = loop.create_task(self._run(source))
+
+    def ask(self) -> asyncio.Future[Any]:
+        """The next item (``_END`` at the end), as a future: the iterator steps once it is asked, and
+        asked again before it answered (a heartbeat came between), it goes on with the same step."""
+        if self._next.done():
+            self._next = self._loop.create_future()
+        elif self._asked:
+            return self._next
+        self._asked = True
+        self._go.set_result(None)
+        return self._next
+
+    async def _run(self, source: AsyncIterator[Any]) -> None:
+        try:
+            while True:
+                await self._go
+                self._go = self._loop.create_future()
+                try:
+                    item = await anext(source)
+                except StopAsyncIteration:
+                    self._next.set_result(_END)
+                    return
+                except Exception as exc:
+                    self._next.set_exception(exc)
+                    return
+                self._next.set_result(item)
+        finally:
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                await aclose()  # an async generator's finally, in this Task too
+
+    async def close(self) -> None:
+        """End the iterator: a step under way is cancelled (CancelledError where it awaits), then
+        ``aclose()``; its error, if its ending raised one, is raised here."""
+        task = self._task
+        task.cancel()
+        await asyncio.wait((task,))  # raises only if the caller itself is cancelled meanwhile
+        if self._next.done() and not self._next.cancelled():
+            self._next.exception()  # (retrieved: an error the stream never sent is not lost either, see below)
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
 
 
 class EventStreamParser:

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import AsyncIterator
 
+import aiohttp
 import pytest
 
 from aiorest import App, Compression, EventSourceResponse, Request, ServerSentEvent
@@ -180,3 +182,80 @@ async def test_stopping_the_server_ends_its_streams_cleanly() -> None:
             await stopping
     finally:
         await client.close()
+
+
+LOCAL: contextvars.ContextVar[str] = contextvars.ContextVar("sse_test_local", default="unset")
+
+
+async def test_the_iterator_runs_in_one_task_and_context_from_start_to_end() -> None:
+    # An iterator that sets a context variable around its yields (db.transaction() does) must find
+    # it set in its next steps, and reset it in its finally, whichever way the stream ends.
+    seen: list[object] = []
+    app = App()
+
+    @app.get("/context")
+    async def context(request: Request) -> EventSourceResponse:
+        async def produce() -> AsyncIterator[str]:
+            token = LOCAL.set("inside")
+            task = asyncio.current_task()
+            try:
+                for n in range(3):
+                    yield f"{n} {LOCAL.get()}"
+                    seen.append(asyncio.current_task() is task)
+                await asyncio.Event().wait()
+            finally:
+                LOCAL.reset(token)  # ValueError in another context
+                seen.append("reset")
+
+        return EventSourceResponse(produce(), heartbeat=0.01)
+
+    async with TestClient(app) as client:
+        async with client.sse("/context") as events:
+            assert [(await anext(events)).data for _ in range(3)] == ["0 inside", "1 inside", "2 inside"]
+        for _ in range(1000):
+            if "reset" in seen:
+                break
+            await asyncio.sleep(0.01)
+    assert seen == [True, True, True, "reset"]
+
+
+async def test_heartbeats_between_slow_events_neither_skip_nor_run_ahead() -> None:
+    produced: list[int] = []
+    app = App()
+
+    @app.get("/slow")
+    async def slow(request: Request) -> EventSourceResponse:
+        async def produce() -> AsyncIterator[str]:
+            for n in range(4):
+                await asyncio.sleep(0.05)  # several heartbeats each
+                produced.append(n)
+                yield str(n)
+
+        return EventSourceResponse(produce(), heartbeat=0.01)
+
+    async with TestClient(app) as client:
+        async with client.sse("/slow") as events:
+            received = []
+            async for event in events:
+                received.append(event.data)
+                assert len(produced) <= len(received) + 1  # asked for one at a time
+            assert received == ["0", "1", "2", "3"] and events.comments >= 4
+
+
+async def test_an_iterator_that_raises_cuts_the_stream_and_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    app = App()
+
+    @app.get("/broken")
+    async def broken(request: Request) -> EventSourceResponse:
+        async def produce() -> AsyncIterator[str]:
+            yield "one"
+            raise RuntimeError("the feed broke")
+
+        return EventSourceResponse(produce())
+
+    async with TestClient(app) as client:
+        async with client.sse("/broken") as events:
+            assert (await anext(events)).data == "one"
+            with pytest.raises(aiohttp.ClientPayloadError):  # no last chunk: the client sees it incomplete
+                await anext(events)
+    assert any("the feed broke" in str(record.exc_info) for record in caplog.records if record.exc_info)
