@@ -193,10 +193,9 @@ class Database(Queries):
             return driver, self.listen_dsn or self.pool.dsn
         from .aiopg_driver import AiopgDriver  # the app's aiopg pool lends connections: LISTEN on one of aiopg's own
 
-        dsn = self.listen_dsn or getattr(getattr(driver, "pool", None), "dsn", None)
-        if not dsn:
-            raise ValueError("db.listen() on Database.from_aiopg(): give listen_dsn=")
-        return AiopgDriver(), dsn
+        if not self.listen_dsn:
+            raise ValueError("db.listen() on Database.from_aiopg(pool) needs listen_dsn=: an aiopg pool does not say")
+        return AiopgDriver(), self.listen_dsn
 
     @property
     def dsn(self) -> str | None:

@@ -88,8 +88,12 @@ class Subscription:
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self._ended = False
+        self._entered = False
 
     async def __aenter__(self) -> Subscription:
+        if self._entered:
+            raise RuntimeError(f"this subscription to {self.channel!r} was entered already: call db.listen() again")
+        self._entered = True
         await self._listener.add(self)
         return self
 
@@ -102,6 +106,8 @@ class Subscription:
         return self
 
     async def __anext__(self) -> Notification | NotificationGap:
+        if not self._entered:
+            raise RuntimeError("iterate a subscription inside its block: async with db.listen(channel) as subscription")
         while not self._queue:
             if self._error is not None:
                 raise self._error

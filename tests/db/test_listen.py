@@ -123,3 +123,37 @@ def test_it_listens_again_on_uvloop(database_url: str, driver: str) -> None:
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(scenario())
+
+
+async def test_a_subscription_is_used_inside_its_block_once(db: Database) -> None:
+    subscription = db.listen("once")
+    with pytest.raises(RuntimeError, match="inside its block"):
+        await anext(subscription)
+    async with subscription:
+        with pytest.raises(RuntimeError, match="entered already"):
+            await subscription.__aenter__()
+
+
+async def test_from_aiopg_listens_on_a_connection_of_its_own(database_url: str, driver: str) -> None:
+    if driver != "aiopg":
+        pytest.skip("Database.from_aiopg() is aiopg's")
+    import aiopg
+
+    async with aiopg.create_pool(database_url, minsize=1, maxsize=2) as pool:
+        db = Database.from_aiopg(pool)
+        await db.open()
+        try:
+            with pytest.raises(ValueError, match="needs listen_dsn="):
+                async with db.listen("lent"):
+                    pass
+        finally:
+            await db.close()
+        db = Database.from_aiopg(pool, listen_dsn=database_url)
+        await db.open()
+        try:
+            async with db.listen("lent") as subscription:
+                await notify(db, "lent", "through the app's pool")
+                assert [n.payload for n in await receive(subscription, 1)] == ["through the app's pool"]  # type: ignore[attr-defined]
+                assert pool.size - pool.freesize == 0  # the LISTEN holds none of the app's connections
+        finally:
+            await db.close()
