@@ -52,7 +52,7 @@ from .errors import (
     locate_nul,
     translate,
 )
-from .listening import Listener, Subscription
+from .listening import Listener, Subscription, listen_driver
 from .pool import Pool
 from .transaction import Queries, Transaction
 
@@ -168,6 +168,7 @@ class Database(Queries):
         ``max_connections`` less its reserved connections.
         """
         await self.pool.open()
+        self._listener.open()
 
     async def close(self) -> None:
         """Close the pool: idle connections now, those in use when released; the subscriptions end."""
@@ -187,15 +188,8 @@ class Database(Queries):
         """
         return self._listener.subscribe(channel, queue_size)
 
-    def _listen_source(self) -> tuple[Driver, str | None]:
-        driver = self.pool.driver
-        if driver.owns_connections:
-            return driver, self.listen_dsn or self.pool.dsn
-        from .aiopg_driver import AiopgDriver  # the app's aiopg pool lends connections: LISTEN on one of aiopg's own
-
-        if not self.listen_dsn:
-            raise ValueError("db.listen() on Database.from_aiopg(pool) needs listen_dsn=: an aiopg pool does not say")
-        return AiopgDriver(), self.listen_dsn
+    def _listen_source(self) -> tuple[Driver, str]:
+        return listen_driver(self.pool.driver, self.listen_dsn or self.pool.dsn)
 
     @property
     def dsn(self) -> str | None:

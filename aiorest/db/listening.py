@@ -155,7 +155,7 @@ class Listener:
 
     def __init__(
         self,
-        connection_source: Callable[[], tuple[Driver, str | None]],
+        connection_source: Callable[[], tuple[Driver, str]],
         *,
         application_name: str,
         statement_timeout: float,
@@ -197,6 +197,10 @@ class Listener:
             async with self._lock:
                 if self._connection is None:
                     self._connection = await self._connect()
+                if self._closed:  # closed while it connected
+                    self._connection.close()
+                    self._connection = None
+                    raise DatabaseUnavailable("the database is closed: no LISTEN")
                 await self._listen(subscription.channel)
         except BaseException as exc:
             self._forget(subscription)
@@ -227,6 +231,10 @@ class Listener:
         if not subscribers:
             del self._channels[subscription.channel]
         return True
+
+    def open(self) -> None:
+        """The Database opens (again): subscriptions are taken."""
+        self._closed = False
 
     async def close(self) -> None:
         """Close the connection; every subscription ends."""
@@ -330,6 +338,21 @@ class Listener:
         logger.warning("listening again on %d channels", len(self._channels))
         for channel, subscribers in list(self._channels.items()):
             self._deliver(subscribers, NotificationGap(channel, f"the LISTEN connection was lost: {reason}"))
+
+
+def listen_driver(driver: Driver, dsn: str | None) -> tuple[Driver, str]:
+    """The driver and DSN a LISTEN connection opens with: the pool's driver, unless it borrows from an
+    aiopg pool the app lends (``Database.from_aiopg``): then a connection of aiopg's own."""
+    if not driver.owns_connections:
+        from .aiopg_driver import AiopgDriver
+
+        driver = AiopgDriver()
+    if not dsn:
+        raise ValueError(
+            "db.listen() needs listen_dsn= (Database.from_aiopg: an aiopg pool does not say where it connects),"
+            " or the Database opened first (its DSN may be $DATABASE_URL's, read then)"
+        )
+    return driver, dsn
 
 
 def _quoted(channel: str) -> str:

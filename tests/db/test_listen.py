@@ -98,6 +98,10 @@ async def test_subscribing_without_postgresql_is_a_503(driver: str) -> None:
     with pytest.raises(ValueError, match="at most 63 bytes"):
         db.listen("x" * 64)
     await db.close()
+    unopened = Database(driver=driver)  # its DSN would be $DATABASE_URL's, read when it opens
+    with pytest.raises(ValueError, match="or the Database opened first"):
+        async with unopened.listen("anything"):
+            pass
 
 
 async def test_closing_the_database_ends_the_subscriptions(database_url: str, driver: str) -> None:
@@ -108,6 +112,16 @@ async def test_closing_the_database_ends_the_subscriptions(database_url: str, dr
         await db.close()
         with pytest.raises(StopAsyncIteration):
             await asyncio.wait_for(waiting, 10)
+    with pytest.raises(DatabaseUnavailable, match="closed"):
+        async with db.listen("closing"):
+            pass
+    await db.open()  # open again: subscriptions are taken again
+    try:
+        async with db.listen("closing") as subscription:
+            await notify(db, "closing", "reopened")
+            assert [n.payload for n in await receive(subscription, 1)] == ["reopened"]  # type: ignore[attr-defined]
+    finally:
+        await db.close()
 
 
 def test_it_listens_again_on_uvloop(database_url: str, driver: str) -> None:
