@@ -137,7 +137,7 @@ async def test_a_client_that_goes_away_ends_the_iterator() -> None:
             assert (await anext(events)).data == "hello"
         # The connection closed (no heartbeat to find it): the generator's finally runs, no task left.
         assert await asyncio.wait_for(record["ended"], 10) == "finally ran"  # type: ignore[arg-type]
-        assert not [task for task in asyncio.all_tasks() if "produce" in repr(task)]
+        assert not [task for task in asyncio.all_tasks() if "_Pump._run" in repr(task.get_coro())]
 
 
 async def test_a_client_that_half_closes_ends_the_iterator() -> None:
