@@ -9,10 +9,11 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
+from aiohttp.test_utils import TestClient as AiohttpTestClient
 
 from aiorest import App, Compression, EventSourceResponse, Request, ServerSentEvent
 from aiorest.http import EventStreamParser, get_codec
-from aiorest.testing import TestClient
+from aiorest.testing import AiorestTestServer, EventStream, TestClient
 
 CODEC = get_codec("ujson")
 
@@ -259,3 +260,10 @@ async def test_an_iterator_that_raises_cuts_the_stream_and_is_logged(caplog: pyt
             with pytest.raises(aiohttp.ClientPayloadError):  # no last chunk: the client sees it incomplete
                 await anext(events)
     assert any("the feed broke" in str(record.exc_info) for record in caplog.records if record.exc_info)
+
+
+async def test_the_reader_takes_a_response_of_aiohttps_own_test_client() -> None:
+    record: dict[str, object] = {}
+    async with AiohttpTestClient(AiorestTestServer(sse_app(record))) as client:
+        async with client.get("/events", headers={"Last-Event-ID": "9"}) as response:
+            assert [event.data async for event in EventStream(response)][:2] == ["first", '{"n":11}']
