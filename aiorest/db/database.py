@@ -141,7 +141,10 @@ class Database(Queries):
         #: Where :meth:`listen` connects (default: the pool's DSN); behind PgBouncer in transaction mode, PostgreSQL's.
         self.listen_dsn = listen_dsn
         self._listener = Listener(
-            self._listen_source, application_name=f"{application_name}-listen", statement_timeout=statement_timeout
+            self._listen_source,
+            application_name=f"{application_name}-listen",
+            statement_timeout=statement_timeout,
+            connect_timeout=connect_timeout,
         )
         self.pool = Pool(
             dsn,

@@ -159,11 +159,13 @@ class Listener:
         *,
         application_name: str,
         statement_timeout: float,
+        connect_timeout: float,
         max_subscribers: int = 10_000,
     ) -> None:
         self._source = connection_source
         self._application_name = application_name
         self._statement_timeout = statement_timeout
+        self._connect_timeout = connect_timeout
         self.max_subscribers = max_subscribers
         self._channels: dict[str, set[Subscription]] = {}
         self._count = 0
@@ -267,7 +269,7 @@ class Listener:
             lost=self._lost,
             notified=self._notified,
         )
-        async with asyncio.timeout(self._statement_timeout):
+        async with asyncio.timeout(self._connect_timeout):
             connection = await driver.connect(options)
         if self._checking is None or self._checking.done():
             self._checking = asyncio.get_running_loop().create_task(self._check())
