@@ -9,6 +9,7 @@ from .app import App, ExceptionHandler, Hook, Lifespan, Middleware
 from .http import (
     BackgroundTasksFull,
     ETag,
+    EventSourceResponse,
     FileResponse,
     FormData,
     FormLimits,
@@ -21,6 +22,7 @@ from .http import (
     Request,
     RequestTasks,
     Response,
+    ServerSentEvent,
     State,
     StreamResponse,
     UploadFile,
@@ -80,6 +82,9 @@ __all__ = [
     "Server",
     "State",
     "StreamResponse",
+    # server-sent events
+    "EventSourceResponse",
+    "ServerSentEvent",
     "UploadFile",
     "Uploads",
     "FileResponse",

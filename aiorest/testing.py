@@ -15,6 +15,9 @@ client, and so for pytest-aiohttp: ``await aiohttp_client(AiorestTestServer(app)
 from __future__ import annotations
 
 import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any
 
@@ -25,10 +28,11 @@ from yarl import URL
 
 from .app.application import App
 from .http.limits import Limits
+from .http.sse import EventStreamParser, ServerSentEvent
 from .server.config import ServerConfig
 from .server.server import Server
 
-__all__ = ["TestClient", "AiorestTestServer"]
+__all__ = ["TestClient", "AiorestTestServer", "EventStream"]
 
 #: Seconds a test server gives the requests in flight when it stops.
 _STOP_TIMEOUT = 5.0
@@ -108,6 +112,59 @@ class TestClient:
 
     def options(self, path: str, **kwargs: Any) -> Any:
         return self.request("OPTIONS", path, **kwargs)
+
+    @asynccontextmanager
+    async def sse(self, path: str, *, last_event_id: str | None = None, **kwargs: Any) -> AsyncIterator[EventStream]:
+        """GET ``path`` as a browser's ``EventSource`` does, and read its events as they come:
+        ``async with client.sse("/ticks") as events: event = await anext(events)``.
+
+        ``last_event_id`` is sent as ``Last-Event-ID`` (a reconnection); other arguments are
+        ``ClientSession.get``'s. Leaving the block closes the connection, as a browser's ``close()``.
+        """
+        headers = dict(kwargs.pop("headers", None) or {})
+        headers.setdefault("Accept", "text/event-stream")
+        headers.setdefault("Cache-Control", "no-cache")
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = last_event_id
+        async with self.session.get(path, headers=headers, **kwargs) as response:
+            yield EventStream(response)
+
+
+class EventStream:
+    """The events of a response, parsed as a browser's ``EventSource`` does (:class:`~aiorest.http.EventStreamParser`).
+
+    Iterate it for :class:`~aiorest.ServerSentEvent` objects (``data`` a str, ``event`` ``"message"``
+    unless named, ``id`` the last id seen); it ends with the response. ``response`` is aiohttp's (status,
+    headers); ``comments`` counts the comments received (heartbeats), ``retry`` is the last ``retry:``.
+    """
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self.response = response
+        self._parser = EventStreamParser()
+        self._ready: deque[ServerSentEvent] = deque()  # the events of one chunk read
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> ServerSentEvent:
+        while not self._ready:
+            chunk = await self.response.content.readany()
+            if not chunk:
+                raise StopAsyncIteration
+            self._ready.extend(self._parser.feed(chunk))
+        return self._ready.popleft()
+
+    @property
+    def comments(self) -> int:
+        return self._parser.comments
+
+    @property
+    def retry(self) -> int | None:
+        return self._parser.retry
+
+    @property
+    def last_event_id(self) -> str:
+        return self._parser.last_event_id
 
 
 class AiorestTestServer(BaseTestServer):

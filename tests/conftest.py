@@ -30,6 +30,7 @@ _SLOW_MODULES = frozenset(
         "tests/load/test_load_compare.py",
         "tests/server/test_conformance.py",
         "tests/server/test_reload.py",
+        "tests/server/test_sse_signals.py",
         "tests/server/test_systemd.py",
         "tests/server/test_workers.py",
         "tests/typed/test_schemathesis.py",

@@ -11,6 +11,7 @@ from .errors import (
     StatementTimeout,
     UniqueViolation,
 )
+from .listening import Notification, NotificationGap, SubscriberTooSlow, Subscription
 from .migrations import Migration, MigrationError, load_migrations, migrate, migration_status
 
 __all__ = [
@@ -29,4 +30,8 @@ __all__ = [
     "load_migrations",
     "migrate",
     "migration_status",
+    "Notification",
+    "NotificationGap",
+    "Subscription",
+    "SubscriberTooSlow",
 ]

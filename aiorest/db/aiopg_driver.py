@@ -102,6 +102,7 @@ class AiopgConnection:
     """
 
     interrupted = False
+    _pump: asyncio.Task[None] | None = None  # a LISTEN connection's: see hand_on_notifies
 
     def __init__(self, conn: aiopg.Connection, *, timeout: float, give_back: Any = None) -> None:
         self.conn = conn
@@ -181,8 +182,15 @@ class AiopgConnection:
     async def recover(self) -> None:
         raise psycopg2.OperationalError("aiopg closes a connection whose statement was cancelled")
 
+    def hand_on_notifies(self, notified: Callable[[Any], None]) -> None:
+        """A LISTEN connection: each NOTIFY aiopg queues is handed to ``notified`` as it comes (so that
+        aiopg's own queue, unbounded, never holds more than the loop's current turn brought)."""
+        self._pump = asyncio.get_running_loop().create_task(_hand_on(self.conn, notified))
+
     def close(self) -> None:
         """Close the connection, or give a borrowed one back (closed if it is not reusable): once."""
+        if self._pump is not None:
+            self._pump.cancel()
         # The cursor stays open: the statement that just ran is read after its connection is released.
         if self._closed:
             return  # a borrowed connection given back twice would be the app's pool's error
@@ -214,7 +222,18 @@ class AiopgDriver:
         )
         connection = AiopgConnection(conn, timeout=options.statement_timeout + _TIMEOUT_MARGIN)
         conn.__dict__["_aiorest_lost"] = lambda: _report_loss(connection, options)
+        if options.notified is not None:
+            connection.hand_on_notifies(options.notified)
         return connection
+
+
+async def _hand_on(conn: aiopg.Connection, notified: Callable[[Any], None]) -> None:
+    notifies = conn.notifies
+    try:
+        while True:
+            notified(await notifies.get())
+    except psycopg2.Error:
+        pass  # the connection closed: its loss is reported by _report_loss
 
 
 def _report_loss(connection: AiopgConnection, options: ConnectOptions) -> None:

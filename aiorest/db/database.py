@@ -52,6 +52,7 @@ from .errors import (
     locate_nul,
     translate,
 )
+from .listening import Listener, Subscription, listen_driver
 from .pool import Pool
 from .transaction import Queries, Transaction
 
@@ -135,7 +136,16 @@ class Database(Queries):
         pooler: Literal["transaction", "session"] | None = None,
         workers: int | None = None,
         driver: Literal["psycopg2", "aiopg"] | Driver = "psycopg2",
+        listen_dsn: str | None = None,
     ) -> None:
+        #: Where :meth:`listen` connects (default: the pool's DSN); behind PgBouncer in transaction mode, PostgreSQL's.
+        self.listen_dsn = listen_dsn
+        self._listener = Listener(
+            self._listen_source,
+            application_name=f"{application_name}-listen",
+            statement_timeout=statement_timeout,
+            connect_timeout=connect_timeout,
+        )
         self.pool = Pool(
             dsn,
             min_size=min_size,
@@ -161,10 +171,28 @@ class Database(Queries):
         ``max_connections`` less its reserved connections.
         """
         await self.pool.open()
+        self._listener.open()
 
     async def close(self) -> None:
-        """Close the pool: idle connections now, those in use when released."""
+        """Close the pool: idle connections now, those in use when released; the subscriptions end."""
+        await self._listener.close()
         await self.pool.close()
+
+    def listen(self, channel: str, *, queue_size: int = 256) -> Subscription:
+        """Subscribe to ``channel``'s NOTIFY (see :doc:`database`, "LISTEN/NOTIFY"):
+        ``async with db.listen("notes") as subscription: async for item in subscription: ...``.
+
+        Every subscription of the process shares one connection of its own (not the pool's), opened
+        at the first, with ``listen_dsn`` (a LISTEN needs a session: behind PgBouncer in transaction
+        mode, give PostgreSQL's own address). ``queue_size`` notifications may wait for the subscriber;
+        past that it is dropped (:exc:`SubscriberTooSlow`). After the connection is lost it listens
+        again and each subscriber receives a :class:`NotificationGap`. Entering the block raises
+        :exc:`DatabaseUnavailable` when PostgreSQL cannot be reached.
+        """
+        return self._listener.subscribe(channel, queue_size)
+
+    def _listen_source(self) -> tuple[Driver, str]:
+        return listen_driver(self.pool.driver, self.listen_dsn or self.pool.dsn)
 
     @property
     def dsn(self) -> str | None:
@@ -225,6 +253,7 @@ class Database(Queries):
         statement_timeout: float = 30.0,
         pooler: Literal["transaction", "session"] | None = None,
         workers: int | None = None,
+        listen_dsn: str | None = None,
     ) -> Database:
         """A Database on the app's open ``aiopg.Pool``: same helpers, errors, probes and metrics.
 
@@ -254,6 +283,7 @@ class Database(Queries):
             pooler=pooler,
             workers=workers,
             driver=AiopgPoolDriver(pool),
+            listen_dsn=listen_dsn,
         )
 
     def setup(self, app: SupportsContexts) -> None:

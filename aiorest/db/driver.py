@@ -59,6 +59,8 @@ class ConnectOptions:
     cancel_at_timeout: bool
     #: called once, the connection closed already, when it dies with its backend
     lost: Callable[[Any, BaseException], None]
+    #: a LISTEN connection's (listening.py): called with each NOTIFY received (psycopg2's ``Notify``)
+    notified: Callable[[Any], None] | None = None
 
 
 class Driver(Protocol):

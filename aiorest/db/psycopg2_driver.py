@@ -78,6 +78,7 @@ class Psycopg2Connection:
         self._statement_timeout = options.statement_timeout
         self._cancel_at_timeout = options.cancel_at_timeout
         self._lost = options.lost
+        self._notified = options.notified
         self._loop = asyncio.get_running_loop()
         self._fd = raw.fileno()
         self._writing = False
@@ -279,7 +280,10 @@ class Psycopg2Connection:
             elif self._writing:
                 self._stop_writing()
             return
-        if raw.notifies:  # a LISTEN the pool does not serve: keep the list bounded
+        if raw.notifies:  # handed on by a LISTEN connection, else dropped: the list stays bounded
+            if self._notified is not None:
+                for notify in raw.notifies:
+                    self._notified(notify)
             raw.notifies.clear()
         if state == _POLL_OK:
             if self._writing:

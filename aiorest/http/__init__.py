@@ -15,6 +15,7 @@ from .limits import Limits
 from .request import Request
 from .requestid import request_id
 from .response import JSONResponse, Response, StreamResponse, add_vary
+from .sse import EventSourceResponse, EventStreamParser, ServerSentEvent
 from .uploads import UploadFile, Uploads
 from .validators import ETag, parse_etags
 
@@ -22,6 +23,8 @@ __all__ = [
     "BackgroundTasks",
     "BackgroundTasksFull",
     "ETag",
+    "EventSourceResponse",
+    "EventStreamParser",
     "HTTPNotModified",
     "FileResponse",
     "FormData",
@@ -35,6 +38,7 @@ __all__ = [
     "RequestTasks",
     "Response",
     "RouteMatch",
+    "ServerSentEvent",
     "SessionData",
     "State",
     "StreamResponse",

@@ -7,6 +7,7 @@ and middleware read it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -34,6 +35,8 @@ class RequestBody:
     _body: bytes | None = None  # the whole body once read (or replaced)
     _body_taken = False  # read or streamed: the chunks are gone
     _form: FormData | None = None  # the form once read
+    _gone = False  # the client closed the connection, or its side of it
+    _gone_waiter: asyncio.Future[None] | None = None
 
     @property
     def content_type(self) -> str:
@@ -195,6 +198,26 @@ class RequestBody:
         incoming = self._incoming
         if incoming is not None:
             incoming.end(error)
+        if error is not None and isinstance(error, ClientDisconnected):
+            self.client_gone()
+
+    def client_gone(self) -> None:
+        """The client closed the connection, or its side of it: :meth:`disconnected` is done."""
+        self._gone = True
+        waiter = self._gone_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def disconnected(self) -> asyncio.Future[None]:
+        """A future done once the client has closed the connection, or its side of it (a client that
+        half-closes expects no more of the response): for a handler whose answer lasts, an event
+        stream's say, to stop working for no one. Await it, or ``asyncio.wait`` on it beside other work."""
+        waiter = self._gone_waiter
+        if waiter is None:
+            waiter = self._gone_waiter = asyncio.get_running_loop().create_future()
+            if self._gone:
+                waiter.set_result(None)
+        return waiter
 
     def drop_body(self) -> int:
         """The request is answered: free its buffered body and discard what is still to come.

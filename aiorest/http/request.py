@@ -171,6 +171,13 @@ class Request(RequestBody):
         return self._session
 
     @property
+    def last_event_id(self) -> str | None:
+        """The ``Last-Event-ID`` an event stream's client sends when it reconnects (UTF-8), None if none:
+        the ``id`` of the last :class:`ServerSentEvent` it received (see :doc:`sse`)."""
+        value = raw_header(self.raw_headers, b"last-event-id")
+        return None if value is None else value.decode("utf-8", "replace")
+
+    @property
     def client(self) -> tuple[str, int] | None:
         """The client's ``(address, port)``: the peer's, or the one a trusted proxy forwarded.
 

@@ -67,13 +67,13 @@ def compressible(media_type: str) -> bool:
     """Whether a body of ``media_type`` is worth compressing: text, JSON, XML, JavaScript, SVG...
 
     Anything else (images but SVG, audio, video, archives, woff2, octet-stream) is
-    taken as already compressed or binary.
+    taken as already compressed or binary; an event stream (``text/event-stream``) is never compressed.
     """
     known = _COMPRESSIBLE.get(media_type)
     if known is None:
         kind = media_type.partition(";")[0].strip().lower()
         known = (
-            kind.startswith("text/")
+            (kind.startswith("text/") and kind != "text/event-stream")  # each event must reach the client as sent
             or kind in _COMPRESSIBLE_APPLICATION
             or kind.endswith(("+json", "+xml"))
             or kind.endswith("javascript")

@@ -373,13 +373,12 @@ class HandlerDriver:
                     request.keep_alive = False  # the end of the body is the end of the connection
                 sent = await write_stream(
                     transport,
+                    request,
                     response,
                     self._side.drain,
                     chunked=chunked,
-                    head_request=request.method == "HEAD",
-                    header_lines=self._state.header_lines,
+                    state=self._state,
                     connection=self._conn.connection_line(request),
-                    request_id=request.raw_id,
                 )
         except Exception:
             logger.exception("streaming the response to %s %s failed", request.method, request.path)

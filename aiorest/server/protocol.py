@@ -139,6 +139,8 @@ class HttpProtocol(asyncio.Protocol):
         self._conn.receive_eof()
         if self.idle:
             return False
+        if self._driver.current is not None:
+            self._driver.current.client_gone()  # what it streams may end (Request.disconnected)
         if self._state.cancel_on_disconnect and self._driver.current is not None:
             return False  # gone, as far as this option can tell: close; connection_lost cancels the handler
         return True

@@ -200,6 +200,7 @@ class Server:
             await self._take_backlog(loop)  # those taken answer with Connection: close already
         for connection in connections:
             connection.shutdown(close_idle=idle_grace <= 0)
+        self._state.end_streams()  # event streams end now, each with its chunked body's end
         now = loop.time()
         deadline = now + timeout
         idle_deadline: float | None = now + min(idle_grace, timeout)

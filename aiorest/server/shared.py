@@ -51,6 +51,19 @@ class ServerState:
         # request goes through the app's router.
         self.static_endpoints: Mapping[str, Mapping[str, Callable[..., Any]]] = {}
         self._body_memory: BodyMemory | None = None
+        self._stopping: asyncio.Future[None] | None = None  # done when the server stops: event streams end
+
+    def stopping(self) -> asyncio.Future[None]:
+        """A future done once the server begins to stop: what streams without end (an event stream) ends then."""
+        if self._stopping is None:
+            self._stopping = asyncio.get_running_loop().create_future()
+        return self._stopping
+
+    def end_streams(self) -> None:
+        """The server stops: :meth:`stopping` is done."""
+        stopping = self.stopping()
+        if not stopping.done():
+            stopping.set_result(None)
 
     def body_memory(self, limit: int) -> BodyMemory:
         """The body bytes all the connections buffer, against ``limit`` (``Limits.max_body_memory``): one
@@ -62,6 +75,7 @@ class ServerState:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         keep_buffers()
+        self._stopping = None
         self._tick()
 
     def stop(self) -> None:

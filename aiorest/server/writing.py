@@ -11,13 +11,15 @@ handler set it (see Response and Headers); nothing is validated here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable
 from typing import Any
 
 from ..http import requestid
 from ..http.exceptions import ClientDisconnected, HTTPError
 from ..http.jsoncodec import JSONCodec
+from ..http.request import Request
 from ..http.response import Response, StreamResponse, error_response
+from ..http.sse import EventSourceResponse
 from .shared import ServerState
 from .wire import CONTENT_TYPE_LINES, STATUS_BYTES, STATUS_LINES, content_type_line
 
@@ -166,27 +168,33 @@ def write_error(
 
 async def write_stream(
     transport: asyncio.WriteTransport,
+    request: Request,
     response: StreamResponse,
     drain: Callable[[], Awaitable[None]],
     *,
     chunked: bool,
-    head_request: bool,
-    header_lines: str,
+    state: ServerState,
     connection: str,
-    request_id: requestid.RequestId,
 ) -> int | None:
-    """Send a StreamResponse: its head, then each chunk once ``drain`` says the socket took the last.
+    """Send a StreamResponse to ``request``: its head, then each chunk once ``drain`` says the socket took the last.
 
     Returns the number of body bytes sent, or None when the client went away
     before the end: the connection must close. An exception from the content propagates, the body cut short: abort
     the transport, so that the client sees it incomplete. Without ``chunked``
-    the body ends with the connection.
+    the body ends with the connection. An event stream (sse.py) also ends when
+    the client goes away or the server stops, its iterator closed.
     """
-    content = response.content
+    if isinstance(response, EventSourceResponse):
+        content: AsyncIterable[bytes | str] = response.frames(
+            request.app.json, (request.disconnected(), state.stopping())
+        )
+    else:
+        content = response.content
     sent = 0
     try:
-        transport.write(response_head(response, None, chunked, header_lines, connection, request_id))
-        if not head_request:
+        head = response_head(response, None, chunked, state.header_lines, connection, request.raw_id)
+        transport.write(head)
+        if request.method != "HEAD":
             async for chunk in content:
                 if isinstance(chunk, str):
                     chunk = chunk.encode()

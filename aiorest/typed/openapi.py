@@ -20,6 +20,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..http.response import Response
+from ..http.sse import EventSourceResponse
 from ..http.uploads import UploadFile
 from ..routing.convertors import Convertor, python_type
 from ..routing.metadata import SECURED, is_secured, raised, raises
@@ -249,7 +250,9 @@ class _Operation:
             operation["requestBody"] = _form_body(self.form, schemas)
         status = route.status or 200
         success: dict[str, Any] = {"description": HTTPStatus(status).phrase}
-        if status not in _NO_CONTENT and self.returns is not None:
+        if self.returns == _EVENTS:
+            success["content"] = {"text/event-stream": {"schema": {"type": "string"}}}
+        elif status not in _NO_CONTENT and self.returns is not None:
             schema = schemas[self.returns] if self.returns != _ANY else {}
             success["content"] = {_JSON: {"schema": schema}}
         if route.headers:
@@ -271,6 +274,7 @@ class _Operation:
 
 
 _ANY = -1  # a JSON body of no known schema
+_EVENTS = -2  # an event stream (EventSourceResponse)
 _MULTIPART = "multipart/form-data"
 _URLENCODED = "application/x-www-form-urlencoded"
 
@@ -299,7 +303,8 @@ def _returns(handler: Any, types: _Types) -> int | None:
     """What an untyped handler's (or a handler without a model's) return annotation says of its body.
 
     No annotation: JSON of no known schema (a dict or a list is the usual
-    answer). A Response or None, alone or in a union: no JSON body to promise.
+    answer). An EventSourceResponse: an event stream. A Response or None, alone
+    or in a union: no JSON body to promise.
     Any other annotation (``dict[str, int]``): its schema, when msgspec can make
     one.
     """
@@ -311,6 +316,8 @@ def _returns(handler: Any, types: _Types) -> int | None:
         return _ANY
     returns = hints["return"]
     args = union_args(strip_annotated(returns)) or (returns,)
+    if all(isinstance(arg, type) and issubclass(arg, EventSourceResponse) for arg in args):
+        return _EVENTS
     if any(arg is type(None) or (isinstance(arg, type) and issubclass(arg, Response)) for arg in args):
         return None
     try:

@@ -4,9 +4,10 @@ import asyncio
 import hashlib
 import os
 
-from aiorest import App, HTTPNotFound, Request, Response, StreamResponse
+from aiorest import App, EventSourceResponse, HTTPNotFound, Request, Response, ServerSentEvent, StreamResponse
 
 app = App()
+released = asyncio.Event()  # POST /release: the event stream's second event may go
 
 
 @app.get("/")
@@ -45,6 +46,27 @@ async def stream(request: Request) -> StreamResponse:
             await asyncio.sleep(0.001)
 
     return StreamResponse(chunks())
+
+
+@app.get("/events")
+async def events(request: Request) -> EventSourceResponse:
+    """One event, a second once ``POST /release`` came, then heartbeats until the client or the server ends it."""
+    heartbeat = float(request.query.get("heartbeat", "15"))
+
+    async def produce():
+        yield ServerSentEvent(data=str(os.getpid()), event="pid", id=f"{request.last_event_id or ''}1")
+        await released.wait()
+        released.clear()
+        yield ServerSentEvent(data="released", id="2")
+        await asyncio.Event().wait()  # only the end of the stream ends this
+
+    return EventSourceResponse(produce(), heartbeat=heartbeat)
+
+
+@app.post("/release")
+async def release(request: Request) -> dict[str, bool]:
+    released.set()
+    return {"released": True}
 
 
 @app.get("/notes/{note_id:int}")

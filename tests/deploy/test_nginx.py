@@ -12,6 +12,7 @@ import re
 import signal
 import socket
 import time
+from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
@@ -19,6 +20,8 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
+from aiorest import ServerSentEvent
+from aiorest.http import EventStreamParser
 from harness.fixtures import APP, aiorest_process, nginx  # noqa: F401  (fixtures)
 from harness.steady import run
 
@@ -279,3 +282,64 @@ async def test_a_large_attachment_goes_up_and_comes_back_in_ranges_through_nginx
     # Neither host held the file in memory: its peak grew by much less than the 40 MiB it streamed.
     grown = max(_memory(host.pid, "VmHWM") - before[host.pid] for host in hosts)
     assert grown < 16 * 1024 * 1024, grown
+
+
+def open_event_stream(url: str, headers: dict[str, str] | None = None) -> EventStreamReader:
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    connection.request(
+        "GET", url[len(f"http://{parts.netloc}") :], headers={"Accept": "text/event-stream", **(headers or {})}
+    )
+    return EventStreamReader(connection, connection.getresponse())
+
+
+class EventStreamReader:
+    """An event stream read over http.client, event by event, as it arrives (tests/server/test_sse_signals.py too)."""
+
+    def __init__(self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
+        self.connection = connection
+        self.response = response
+        self.parser = EventStreamParser()
+        self.pending: deque[ServerSentEvent] = deque()
+
+    def read(self) -> bool:
+        """Read what came; False at the end of the body (an incomplete body raises http.client.IncompleteRead)."""
+        chunk = self.response.read1(65536)
+        self.pending.extend(self.parser.feed(chunk))
+        return bool(chunk)
+
+    def next_event(self) -> ServerSentEvent | None:
+        while not self.pending:
+            if not self.read():
+                return None
+        return self.pending.popleft()
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def test_events_pass_through_nginx_one_at_a_time(nginx, aiorest_process):  # noqa: F811
+    upstream = aiorest_process()
+    nginx.start([upstream.upstream])
+    stream = open_event_stream(nginx.url + "/events?heartbeat=0.2")
+    try:
+        assert stream.response.status == 200
+        assert stream.response.headers["Content-Type"] == "text/event-stream; charset=utf-8"
+        assert stream.response.headers["Cache-Control"] == "no-cache"
+        # The handler now waits: the first event came through all the same (nginx buffered nothing).
+        first = stream.next_event()
+        assert first is not None and (first.event, first.data, first.id) == ("pid", str(upstream.pid), "1")
+        assert request(nginx.url + "/release", "POST", b"")[0] == 200
+        second = stream.next_event()
+        assert second is not None and (second.data, second.id) == ("released", "2")
+        while stream.parser.comments < 2:  # heartbeats, one at a time too
+            assert stream.read()
+    finally:
+        stream.close()
+    # Reconnecting, the client names the last event it had: the handler sees it.
+    stream = open_event_stream(nginx.url + "/events", {"Last-Event-ID": "2"})
+    try:
+        first = stream.next_event()
+        assert first is not None and first.id == "21"
+    finally:
+        stream.close()

@@ -260,3 +260,17 @@ async def test_runners_migrating_at_once_behind_pgbouncer_apply_each_migration_o
     finally:
         for db in dbs:
             await db.close()
+
+
+async def test_listen_behind_pgbouncer_in_transaction_mode_goes_to_postgresql(pooled, database_url):
+    # A LISTEN needs a session, which transaction mode does not keep: listen_dsn names PostgreSQL itself,
+    # while the NOTIFY goes through PgBouncer like any statement.
+    db = Database(pooled, min_size=1, max_size=2, pooler="transaction", listen_dsn=database_url)
+    await db.open()
+    try:
+        async with db.listen("through") as subscription:
+            await db.fetchval("SELECT pg_notify('through', 'hello')")
+            item = await asyncio.wait_for(anext(subscription), 10)
+            assert item.payload == "hello"
+    finally:
+        await db.close()

@@ -12,6 +12,7 @@ import functools
 import hashlib
 import importlib.util
 import io
+import json
 import logging
 import os
 import re
@@ -374,6 +375,31 @@ async def exercise_inventory(module: ModuleType, client: Any) -> None:
         assert response.status == 200
     async with client.get("/stock/pear") as response:
         assert await response.json() == {"sku": "pear", "qty": 1}
+
+
+async def exercise_events(module: ModuleType, client: Any) -> None:
+    async with client.sse("/ticks?every=0.01") as events:
+        assert events.response.headers["Content-Type"] == "text/event-stream; charset=utf-8"
+        first, second = await anext(events), await anext(events)
+        assert (first.event, first.id, json.loads(first.data)) == ("tick", "1", {"n": 1})
+        assert second.id == "2" and events.retry == 2000
+    for _ in range(1000):  # the client went away: the generator's finally runs
+        if module.app.state.closed:
+            break
+        await asyncio.sleep(0.01)
+    assert module.app.state.closed and module.app.state.closed[0] >= 2
+    async with client.sse("/ticks?every=0.01", last_event_id="41") as events:
+        assert (await anext(events)).id == "42"  # resumed after the last event the client had
+
+
+async def exercise_live_notes(module: ModuleType, client: Any) -> None:
+    async with client.sse("/notes/live") as events, client.sse("/notes/live") as other:
+        assert (await anext(events)).event == "ready" and (await anext(other)).event == "ready"
+        async with client.post("/notes", json={"text": "hello"}) as response:
+            note = await response.json()
+        for stream in (events, other):  # both subscribers, one LISTEN connection
+            event = await anext(stream)
+            assert (event.event, event.id, json.loads(event.data)) == ("note", str(note["id"]), note)
 
 
 async def exercise_aiopg_pool(module: ModuleType, client: Any) -> None:
@@ -761,6 +787,8 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "behind_proxy": exercise_behind_proxy,
     "inventory": exercise_inventory,
     "aiopg_pool": exercise_aiopg_pool,
+    "events": exercise_events,
+    "live_notes": exercise_live_notes,
     "hello": exercise_hello,
     "notes": exercise_notes,
     "route_table": exercise_route_table,
@@ -801,7 +829,7 @@ async def test_example(
     caplog: pytest.LogCaptureFixture,
     request: pytest.FixtureRequest,
 ) -> None:
-    if name in ("inventory", "aiopg_pool"):  # needs PostgreSQL: a fresh database, through $DATABASE_URL
+    if name in ("inventory", "aiopg_pool", "live_notes"):  # needs PostgreSQL: a fresh database, through $DATABASE_URL
         monkeypatch = request.getfixturevalue("monkeypatch")
         monkeypatch.setenv("DATABASE_URL", request.getfixturevalue("database_url"))
     if name == "background_arq":  # needs Redis, through $REDIS_URL

@@ -11,7 +11,7 @@ import pytest
 from msgspec import Meta
 from openapi_spec_validator import validate
 
-from aiorest import App, Cookie, Header, Query, Request, Response, Router
+from aiorest import App, Cookie, EventSourceResponse, Header, Query, Request, Response, Router
 
 
 class Line(msgspec.Struct):
@@ -151,12 +151,17 @@ def test_an_untyped_handlers_return_annotation_says_what_the_document_promises()
     async def opaque(request: Request) -> object:  # msgspec makes no schema of it: JSON, nothing known
         return {}
 
+    @app.get("/events")
+    async def events(request: Request) -> EventSourceResponse:
+        raise NotImplementedError
+
     paths = app.openapi()["paths"]
     ok = {path: paths[path]["get"]["responses"]["200"] for path in paths}
     assert ok["/unannotated"]["content"] == {"application/json": {"schema": {}}}
     assert "content" not in ok["/text"]  # a Response: its media type is the handler's, not promised
     assert "content" not in ok["/maybe"]
     assert ok["/opaque"]["content"] == {"application/json": {"schema": {}}}
+    assert ok["/events"]["content"] == {"text/event-stream": {"schema": {"type": "string"}}}
 
 
 def test_bodies_responses_and_errors_as_components() -> None:

@@ -1,0 +1,271 @@
+"""Server-Sent Events: a response whose body is a stream of events (HTML Living Standard, "Server-sent events").
+
+    async def ticks(request):
+        async def events():
+            for n in itertools.count():
+                yield ServerSentEvent(data={"n": n}, event="tick", id=str(n))
+                await asyncio.sleep(1)
+        return EventSourceResponse(events())
+
+The events are framed here (sans I/O); the server sends the frames as a chunked body
+(server/writing.py), and tells the stream when to end: the client went away
+(:meth:`Request.disconnected`) or the server stops. ``EventStreamParser`` reads the
+same format back, for the test client and anyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .jsoncodec import JSONCodec
+from .response import StreamResponse
+
+__all__ = ["ServerSentEvent", "EventSourceResponse", "EventStreamParser"]
+
+HEARTBEAT = b": ping\n\n"
+_LINES = re.compile(r"\r\n|\r|\n")
+_LINE_ENDS = re.compile(rb"\r\n|\r|\n")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSentEvent:
+    """One event: ``data`` (a str, sent as is, one ``data:`` line per line; anything else JSON-encoded with
+    the app's codec; None: no data), ``event`` (its type: ``addEventListener(event, ...)`` in a browser;
+    none means ``message``), ``id`` (what the client sends back as ``Last-Event-ID`` when it reconnects),
+    ``retry`` (milliseconds the client waits before reconnecting) and ``comment`` (ignored by clients).
+
+    ``event`` and ``id`` cannot hold a line break (nor ``id`` a NUL, which makes clients ignore it):
+    refused with ValueError when the event is made. A browser dispatches no event whose data is empty.
+    """
+
+    data: Any = None
+    event: str | None = None
+    id: str | None = None
+    retry: int | None = None
+    comment: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("event", "id"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or "\r" in value or "\n" in value):
+                raise ValueError(f"a ServerSentEvent's {name} must be a str without CR or LF, got {value!r}")
+        if self.id is not None and "\0" in self.id:
+            raise ValueError(f"a ServerSentEvent's id cannot hold a NUL (clients ignore it), got {self.id!r}")
+        if self.retry is not None and (type(self.retry) is not int or self.retry < 0):
+            raise ValueError(f"a ServerSentEvent's retry is milliseconds, an int >= 0, got {self.retry!r}")
+
+    def encode(self, codec: JSONCodec) -> bytes:
+        """The event as the stream sends it, ending with its blank line."""
+        lines: list[str] = []
+        if self.comment is not None:
+            lines.extend(": " + line for line in _LINES.split(self.comment))
+        if self.event is not None:
+            lines.append("event: " + self.event)
+        if self.id is not None:
+            lines.append("id: " + self.id)
+        if self.retry is not None:
+            lines.append(f"retry: {self.retry}")
+        data = self.data
+        if data is not None:
+            if not isinstance(data, str):
+                data = codec.dumps(data).decode()
+            lines.extend("data: " + line for line in _LINES.split(data))
+        lines.append("\n")
+        return "\n".join(lines).encode()
+
+
+def encode_event(item: ServerSentEvent | str | Any, codec: JSONCodec) -> bytes:
+    """What an event stream's iterator yielded, as bytes: a str or any data becomes an event's ``data``."""
+    if isinstance(item, ServerSentEvent):
+        return item.encode(codec)
+    return ServerSentEvent(data=item).encode(codec)
+
+
+class EventSourceResponse(StreamResponse):
+    """A ``text/event-stream`` response: the events ``content`` yields, as they come.
+
+    ``content`` is an async iterable (an async generator, say) of :class:`ServerSentEvent`, or of plain
+    data (a str, or what the app's JSON codec encodes: each an event's ``data``). While it yields
+    nothing, a comment (``: ping``) goes every ``heartbeat`` seconds (None: never), which keeps
+    proxies from timing the connection out and finds a client that went away. ``retry`` (milliseconds)
+    is sent first, telling the client how long to wait before reconnecting.
+
+    The iterator ends the stream by ending. The stream also ends, the iterator closed (``aclose()``:
+    an async generator's ``finally`` runs, no task is left running it), when the client goes away and
+    when the server stops (within its graceful timeout: the client reconnects, to another worker,
+    with ``Last-Event-ID``: :attr:`Request.last_event_id`).
+
+    Sent with ``Cache-Control: no-cache`` and ``X-Accel-Buffering: no`` (nginx passes each event on at
+    once), never compressed (:class:`~aiorest.middleware.Compression` leaves it alone).
+    """
+
+    __slots__ = ("heartbeat", "retry")
+
+    def __init__(
+        self,
+        content: AsyncIterable[Any],
+        *,
+        status: int = 200,
+        headers: Mapping[str, str] | None = None,
+        heartbeat: float | None = 15.0,
+        retry: int | None = None,
+    ) -> None:
+        super().__init__(content, status, headers, "text/event-stream")
+        if heartbeat is not None and not heartbeat > 0:
+            raise ValueError(f"heartbeat must be seconds > 0, or None for none, got {heartbeat!r}")
+        ServerSentEvent(retry=retry)  # checked
+        self.heartbeat = heartbeat
+        self.retry = retry
+        own = self.headers
+        own.setdefault("Cache-Control", "no-cache")
+        own.setdefault("X-Accel-Buffering", "no")
+
+    async def frames(self, codec: JSONCodec, ending: Iterable[asyncio.Future[Any]]) -> AsyncIterator[bytes]:
+        """The body's pieces: each event, and a heartbeat when it is due, until the iterator ends or one
+        of ``ending`` is done (the client went away, the server stops). The server calls it."""
+        pump = _Pump(aiter(self.content))
+        ending = tuple(ending)
+        try:
+            if self.retry is not None:
+                yield b"retry: %d\n\n" % self.retry
+            while True:
+                following = pump.ask()
+                done, _ = await asyncio.wait(
+                    (following, *ending), timeout=self.heartbeat, return_when=asyncio.FIRST_COMPLETED
+                )
+                if following in done:
+                    item = following.result()  # the iterator's error, if it raised
+                    if item is _END:
+                        return
+                    yield encode_event(item, codec)
+                elif done:
+                    return
+                else:
+                    yield HEARTBEAT
+        finally:
+            await pump.close()
+
+
+_END = object()  # the iterator ended
+
+
+class _Pump:
+    """Runs an iterator in one Task of its own, from its first step to its ``aclose()``, one item when asked.
+
+    Waiting for its next item can then time out (a heartbeat is due) without cancelling it, and it
+    runs in one context throughout: what it sets around a ``yield`` (a transaction's context
+    variable, say) is still set in its next step and can be reset in its ``finally``.
+    """
+
+    def __init__(self, source: AsyncIterator[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._next: asyncio.Future[Any] = loop.create_future()
+        self._go: asyncio.Future[None] = loop.create_future()  # set: take one step (a new one each step)
+        self._asked = False
+        self._task = loop.create_task(self._run(source))
+
+    def ask(self) -> asyncio.Future[Any]:
+        """The next item (``_END`` at the end), as a future: the iterator steps once it is asked, and
+        asked again before it answered (a heartbeat came between), it goes on with the same step."""
+        if self._next.done():
+            self._next = self._loop.create_future()
+        elif self._asked:
+            return self._next
+        self._asked = True
+        self._go.set_result(None)
+        return self._next
+
+    async def _run(self, source: AsyncIterator[Any]) -> None:
+        try:
+            while True:
+                await self._go
+                self._go = self._loop.create_future()
+                try:
+                    item = await anext(source)
+                except StopAsyncIteration:
+                    self._next.set_result(_END)
+                    return
+                except Exception as exc:
+                    self._next.set_exception(exc)
+                    return
+                self._next.set_result(item)
+        finally:
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                await aclose()  # an async generator's finally, in this Task too
+
+    async def close(self) -> None:
+        """End the iterator: a step under way is cancelled (CancelledError where it awaits), then
+        ``aclose()``; its error, if its ending raised one, is raised here."""
+        task = self._task
+        task.cancel()
+        await asyncio.wait((task,))  # raises only if the caller itself is cancelled meanwhile
+        if self._next.done() and not self._next.cancelled():
+            self._next.exception()  # (retrieved: an error the stream never sent is not lost either, see below)
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+
+
+class EventStreamParser:
+    """Reads an event stream as a client does (the Living Standard's "interpreting an event stream").
+
+    ``feed(bytes)`` returns the events completed so far, each a :class:`ServerSentEvent` whose ``data``
+    is a str (``event`` defaults to ``"message"``, ``id`` is the last id seen, as a browser's
+    ``lastEventId``). Comments are counted in ``comments``; a ``retry`` sets ``retry``. A line longer
+    than ``max_line`` bytes raises ValueError (nothing unbounded).
+    """
+
+    def __init__(self, *, max_line: int = 1024 * 1024) -> None:
+        self._buffer = b""
+        self._max_line = max_line
+        self._data: list[str] = []
+        self._event = ""
+        self.last_event_id = ""
+        self.retry: int | None = None
+        self.comments = 0
+
+    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+        events: list[ServerSentEvent] = []
+        buffer = self._buffer + chunk
+        start = 0
+        while True:
+            match = _LINE_ENDS.search(buffer, start)
+            # A lone CR at the end may be the first half of CRLF: wait for the next byte.
+            if match is None or (match.group() == b"\r" and match.end() == len(buffer)):
+                break
+            event = self._line(buffer[start : match.start()].decode("utf-8", "replace"))
+            if event is not None:
+                events.append(event)
+            start = match.end()
+        self._buffer = buffer[start:]
+        if len(self._buffer) > self._max_line:
+            raise ValueError(f"an event stream line is longer than {self._max_line} bytes")
+        return events
+
+    def _line(self, line: str) -> ServerSentEvent | None:
+        if not line:
+            data, event = self._data, self._event
+            self._data, self._event = [], ""
+            if not data:
+                return None
+            return ServerSentEvent(data="\n".join(data), event=event or "message", id=self.last_event_id)
+        if line.startswith(":"):
+            self.comments += 1
+            return None
+        name, colon, value = line.partition(":")
+        if colon and value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+        elif name == "id" and "\0" not in value:
+            self.last_event_id = value
+        elif name == "retry" and value.isascii() and value.isdigit():
+            self.retry = int(value)
+        return None
