@@ -109,6 +109,10 @@ class TestClient:
     def options(self, path: str, **kwargs: Any) -> Any:
         return self.request("OPTIONS", path, **kwargs)
 
+    def ws_connect(self, path: str, **kwargs: Any) -> Any:
+        """Open a WebSocket (aiohttp's ``ClientSession.ws_connect`` arguments): see :doc:`websockets`."""
+        return self.session.ws_connect(path, **kwargs)
+
 
 class AiorestTestServer(BaseTestServer):
     """Serves ``app`` on aiorest's server, on 127.0.0.1 and a free port, for aiohttp's test client.

@@ -17,6 +17,7 @@ from .requestid import request_id
 from .response import JSONResponse, Response, StreamResponse, add_vary
 from .uploads import UploadFile, Uploads
 from .validators import ETag, parse_etags
+from .websocket import WebSocket, WebSocketChannel, WebSocketDisconnect, WebSocketLimits, WebSocketUpgrade
 
 __all__ = [
     "BackgroundTasks",
@@ -40,6 +41,11 @@ __all__ = [
     "StreamResponse",
     "UploadFile",
     "Uploads",
+    "WebSocket",
+    "WebSocketChannel",
+    "WebSocketDisconnect",
+    "WebSocketLimits",
+    "WebSocketUpgrade",
     "add_vary",
     "bad_body",
     "check_preconditions",
