@@ -14,12 +14,11 @@ import argparse
 import time
 from collections.abc import Callable
 
+from websockets.protocol import Protocol, Side
 from wsproto import ConnectionType
 from wsproto.connection import Connection
 from wsproto.events import BytesMessage, TextMessage
 from wsproto.frame_protocol import FrameProtocol
-
-from websockets.protocol import Protocol, Side
 
 from .stats import paired_ratio, summarise
 
