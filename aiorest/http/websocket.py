@@ -214,7 +214,12 @@ class WebSocket:
 
     async def send_json(self, value: Any, *, binary: bool = False) -> None:
         """Send ``value`` as JSON by the app's codec (a msgspec Struct too): a text message, or binary."""
-        encoded = self.request.app.json.dumps(value)
+        if hasattr(type(value), "__struct_fields__"):  # a msgspec Struct, as a typed handler's model
+            import msgspec
+
+            encoded = msgspec.json.encode(value)
+        else:
+            encoded = self.request.app.json.dumps(value)
         await self._open().send(encoded if binary else encoded.decode())
 
     async def close(self, code: int = 1000, reason: str = "") -> None:

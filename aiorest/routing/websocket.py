@@ -7,6 +7,7 @@ bearer tokens run before it, so before the upgrade; what they answer goes out as
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -48,6 +49,10 @@ class WebSocketEndpoint:
         limits: WebSocketLimits | None = None,
         origins: Iterable[str] | OriginPolicy | str = (),
     ) -> None:
+        if importlib.util.find_spec("websockets") is None:
+            raise RuntimeError(
+                "WebSocket routes need the websockets library: pip install 'aiorest[websockets]' in aiorest's checkout"
+            )
         self.handler = handler
         self.limits = limits or WebSocketLimits()
         self._any_origin = origins == "*"

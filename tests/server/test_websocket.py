@@ -357,3 +357,28 @@ async def test_pytest_aiohttps_ws_connect_works_against_an_aiorest_app(aiohttp_c
     async with client.ws_connect("/echo") as ws:
         await ws.send_str(os.urandom(4).hex())
         assert len((await ws.receive(timeout=5)).data) == 8
+
+
+async def test_typed_messages_are_decoded_by_msgspec_and_a_wrong_one_closes_1007():
+    msgspec = pytest.importorskip("msgspec")
+
+    class Move(msgspec.Struct):
+        x: int
+        y: int
+
+    app = App()
+
+    @app.websocket("/moves")
+    async def moves(ws: WebSocket) -> None:
+        await ws.accept()
+        while True:
+            move = await ws.receive_json(Move)
+            await ws.send_json(Move(move.y, move.x))
+
+    async with TestClient(app) as client:
+        async with client.ws_connect("/moves") as ws:
+            await ws.send_json({"x": 1, "y": 2})
+            assert await ws.receive_json(timeout=5) == {"x": 2, "y": 1}
+            await ws.send_json({"x": "one"})
+            message = await ws.receive(timeout=5)
+            assert message.type is aiohttp.WSMsgType.CLOSE and message.data == 1007
