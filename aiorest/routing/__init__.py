@@ -14,7 +14,7 @@ from .route import (
     Router,
 )
 from .table import RouteTable
-from .websocket import OriginPolicy, WebSocketEndpoint
+from .websocket import OriginPolicy, WebSocketEndpoint, WebSocketHandler
 
 __all__ = [
     "Route",
@@ -31,4 +31,5 @@ __all__ = [
     "ROUTE_BINDING",
     "OriginPolicy",
     "WebSocketEndpoint",
+    "WebSocketHandler",
 ]

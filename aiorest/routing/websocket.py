@@ -51,7 +51,7 @@ class WebSocketEndpoint:
     ) -> None:
         if importlib.util.find_spec("websockets") is None:
             raise RuntimeError(
-                "WebSocket routes need the websockets library: pip install 'aiorest[websockets]' in aiorest's checkout"
+                "WebSocket routes need the websockets library: pip install '.[websockets]' in aiorest's checkout"
             )
         self.handler = handler
         self.limits = limits or WebSocketLimits()

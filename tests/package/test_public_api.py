@@ -145,6 +145,8 @@ DOCUMENTED = {
         "NoMatchFound",
         "PREFLIGHT_MIDDLEWARE",
         "WebSocketEndpoint",
+        "WebSocketHandler",
+        "OriginPolicy",
     ],
     "aiorest.app": ["App", "EndpointLayer", "Readiness"],
     "aiorest.pytest_plugin": [],
