@@ -382,3 +382,18 @@ async def test_typed_messages_are_decoded_by_msgspec_and_a_wrong_one_closes_1007
             await ws.send_json({"x": "one"})
             message = await ws.receive(timeout=5)
             assert message.type is aiohttp.WSMsgType.CLOSE and message.data == 1007
+
+
+async def test_an_open_websocket_holds_no_request_slot(aiohttp_client):
+    app, _ = make_app()
+
+    @app.get("/ping")
+    async def ping(request):
+        return {"pong": True}
+
+    client = await aiohttp_client(AiorestTestServer(app, max_concurrency=1, queue_timeout=0.5))
+    async with client.ws_connect("/echo") as ws:  # the only slot, were it a request
+        async with client.get("/ping") as response:
+            assert response.status == 200
+        await ws.send_str("still open")
+        assert (await ws.receive(timeout=5)).data == "still open"
