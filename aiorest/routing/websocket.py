@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from ..http.exceptions import HTTPError, HTTPForbidden
@@ -27,6 +27,7 @@ logger = logging.getLogger("aiorest.error")
 WebSocketHandler = Callable[[WebSocket], Awaitable[Any]]
 
 
+@runtime_checkable
 class OriginPolicy(Protocol):
     """What decides which origins may open a WebSocket: :class:`~aiorest.middleware.CORS` is one."""
 
@@ -37,8 +38,8 @@ class WebSocketEndpoint:
     """The endpoint of a ``@app.websocket`` route (see :doc:`websockets`).
 
     ``origins``: the ``Origin`` values allowed besides the server's own (the request's
-    ``Host``), a list or a policy with ``allows_origin`` (the app's :class:`CORS`), or
-    ``"*"`` for any. A browser always sends ``Origin``: another site's page is refused
+    ``Host``) and those the app's :class:`~aiorest.CORS` middleware allows: a list, a
+    policy with ``allows_origin``, or ``"*"`` for any. A browser always sends ``Origin``: another site's page is refused
     403 before the upgrade (cross-site WebSocket hijacking). A client that sends none
     (not a browser) is not refused.
     """
@@ -74,7 +75,7 @@ class WebSocketEndpoint:
                 headers={"Upgrade": "websocket", "Connection": "Upgrade"},
             )
         origin = request.headers.get("origin")
-        if origin is not None and not self.allows(origin, request.headers.get("host", "")):
+        if origin is not None and not self.allows(origin, request.headers.get("host", ""), request.app):
             raise HTTPForbidden(f"WebSocket connections from {origin[:100]!r} are not allowed")
         websocket = WebSocket(request, self.limits)
         try:
@@ -93,12 +94,16 @@ class WebSocketEndpoint:
         await websocket.close(1000)
         return Response(b"")
 
-    def allows(self, origin: str, host: str) -> bool:
-        """Whether a page of ``origin`` may open a WebSocket on the server ``host`` (the request's Host)."""
+    def allows(self, origin: str, host: str, app: object = None) -> bool:
+        """Whether a page of ``origin`` may open a WebSocket on the server ``host`` (the request's Host);
+        ``app``'s own origin policies (its :class:`~aiorest.CORS` middleware) allow too."""
         if self._any_origin:
             return True
         if self._policy is not None and self._policy.allows_origin(origin):
             return True
+        for middleware in getattr(app, "middleware", ()):
+            if isinstance(middleware, OriginPolicy) and middleware.allows_origin(origin):
+                return True
         normal = origin.rstrip("/").lower()
         if normal in self._origins:
             return True

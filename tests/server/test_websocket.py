@@ -14,7 +14,7 @@ import pytest
 from websockets.frames import Close, Frame, Opcode
 from websockets.utils import apply_mask
 
-from aiorest import App, HTTPUnauthorized, Limits, WebSocket, WebSocketDisconnect, WebSocketLimits
+from aiorest import CORS, App, HTTPUnauthorized, Limits, WebSocket, WebSocketDisconnect, WebSocketLimits
 from aiorest.testing import AiorestTestServer, TestClient
 
 KEY = base64.b64encode(b"0123456789abcdef").decode()
@@ -397,3 +397,59 @@ async def test_an_open_websocket_holds_no_request_slot(aiohttp_client):
             assert response.status == 200
         await ws.send_str("still open")
         assert (await ws.receive(timeout=5)).data == "still open"
+
+
+async def test_the_origins_the_apps_cors_middleware_allows_may_open_websockets():
+    app, _ = make_app()
+    app.add_middleware(CORS(allow_origins=["https://app.example"]))
+    async with TestClient(app) as client:
+        async with client.ws_connect("/echo", origin="https://app.example") as ws:
+            await ws.send_str("ok")
+            assert (await ws.receive(timeout=5)).data == "ok"
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await client.ws_connect("/echo", origin="https://other.example")
+        assert refused.value.status == 403
+
+
+async def test_a_handler_that_fails_after_accept_closes_1011(caplog):
+    app = App()
+
+    @app.websocket("/fails")
+    async def fails(ws: WebSocket) -> None:
+        await ws.accept()
+        await ws.receive()
+        raise RuntimeError("a bug")
+
+    async with TestClient(app) as client:
+        async with client.ws_connect("/fails") as ws:
+            await ws.send_str("go")
+            message = await ws.receive(timeout=5)
+            assert message.type is aiohttp.WSMsgType.CLOSE and message.data == 1011
+    assert "a bug" in caplog.text
+
+
+async def test_a_handler_behind_on_its_messages_stops_the_server_reading_then_gets_them_all():
+    app = App()
+    release = asyncio.Event()
+    received: list[int] = []
+
+    @app.websocket("/slow", limits=WebSocketLimits(max_queue=4))
+    async def slow(ws: WebSocket) -> None:
+        await ws.accept()
+        await release.wait()
+        async for message in ws:
+            received.append(len(message))
+            if len(received) == 640:
+                await ws.send_text("all")
+
+    async with TestClient(app) as client:
+        raw, _ = await RawWebSocket.open(client.port, "/slow")
+        for _ in range(640):  # 40 MiB: more than the kernel's buffers on both sides hold
+            raw.send(Opcode.BINARY, b"x" * 65536)
+        with pytest.raises(TimeoutError):  # the server stopped reading: the client's sends wait
+            await asyncio.wait_for(raw.writer.drain(), 1.0)
+        release.set()
+        await asyncio.wait_for(raw.writer.drain(), 30)
+        reply = await raw.frame()
+        assert reply.data == b"all" and received == [65536] * 640
+        raw.close()
