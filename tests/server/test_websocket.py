@@ -453,3 +453,21 @@ async def test_a_handler_behind_on_its_messages_stops_the_server_reading_then_ge
         reply = await raw.frame()
         assert reply.data == b"all" and received == [65536] * 640
         raw.close()
+
+
+@pytest.mark.parametrize(
+    "test",
+    [
+        test_echo_of_text_bytes_and_json_with_async_iteration,
+        test_extra_headers_and_pipelined_frames_after_the_upgrade_head,
+        test_a_client_that_does_not_read_is_closed_1008_and_the_server_holds_little,
+        test_a_handler_behind_on_its_messages_stops_the_server_reading_then_gets_them_all,
+        test_a_stopping_server_closes_websockets_with_1001,
+    ],
+    ids=lambda test: test.__name__.removeprefix("test_")[:40],
+)
+def test_on_uvloop(test):
+    """The hand-over of the transport (set_protocol) and its flow control are each loop's own: uvloop's too."""
+    uvloop = pytest.importorskip("uvloop")
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(test())
