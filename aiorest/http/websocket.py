@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
-from .exceptions import HTTPInternalServerError
+from .exceptions import ClientDisconnected, HTTPInternalServerError
 
 if TYPE_CHECKING:
     from .request import Request
@@ -158,6 +158,8 @@ class WebSocket:
         if subprotocol is not None and subprotocol not in self.subprotocols:
             raise ValueError(f"subprotocol {subprotocol!r} was not offered by the client: {self.subprotocols!r}")
         connection = self.request.protocol
+        if connection is None:
+            raise ClientDisconnected("the client closed the connection")
         upgrade = getattr(connection, "upgrade_websocket", None)
         if upgrade is None:
             raise HTTPInternalServerError("this connection cannot change protocol")

@@ -14,7 +14,17 @@ import pytest
 from websockets.frames import Close, Frame, Opcode
 from websockets.utils import apply_mask
 
-from aiorest import CORS, App, HTTPUnauthorized, Limits, WebSocket, WebSocketDisconnect, WebSocketLimits
+from aiorest import (
+    CORS,
+    App,
+    CookieSessionStore,
+    HTTPUnauthorized,
+    Limits,
+    SessionMiddleware,
+    WebSocket,
+    WebSocketDisconnect,
+    WebSocketLimits,
+)
 from aiorest.testing import AiorestTestServer, TestClient
 
 KEY = base64.b64encode(b"0123456789abcdef").decode()
@@ -471,3 +481,29 @@ def test_on_uvloop(test):
     uvloop = pytest.importorskip("uvloop")
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(test())
+
+
+async def test_the_session_is_read_before_accept():
+    app = App(middleware=[SessionMiddleware(CookieSessionStore(secrets=["a-secret-of-32-bytes-or-more-here"]))])
+
+    @app.post("/login")
+    async def login(request):
+        request.session["user"] = "ada"
+        return {}
+
+    @app.websocket("/me")
+    async def me(ws: WebSocket) -> None:
+        user = ws.request.session.get("user")
+        if user is None:
+            raise HTTPUnauthorized("log in first")
+        await ws.accept()
+        await ws.send_text(user)
+
+    async with TestClient(app) as client:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await client.ws_connect("/me")
+        assert refused.value.status == 401
+        async with client.post("/login") as response:
+            assert response.status == 200
+        async with client.ws_connect("/me") as ws:  # the session cookie goes with the handshake
+            assert (await ws.receive(timeout=5)).data == "ada"
