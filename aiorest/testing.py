@@ -129,6 +129,10 @@ class TestClient:
         async with self.session.get(path, headers=headers, **kwargs) as response:
             yield EventStream(response)
 
+    def ws_connect(self, path: str, **kwargs: Any) -> Any:
+        """Open a WebSocket (aiohttp's ``ClientSession.ws_connect`` arguments): see :doc:`websockets`."""
+        return self.session.ws_connect(path, **kwargs)
+
 
 class EventStream:
     """The events of a response, parsed as a browser's ``EventSource`` does (:class:`~aiorest.http.EventStreamParser`).

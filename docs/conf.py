@@ -43,6 +43,8 @@ autodoc_type_aliases = {
     "ExceptionHandler": "aiorest.ExceptionHandler",
     "Handler": "aiorest.Handler",
     "Lifespan": "aiorest.Lifespan",
+    "WebSocketHandler": "aiorest.routing.WebSocketHandler",
+    "OriginPolicy": "aiorest.routing.OriginPolicy",
     # The decorators return the function they were given.
     "_H": "aiorest.Handler",
     "_F": "aiorest.ExceptionHandler",
@@ -54,7 +56,11 @@ autodoc_type_aliases = {
 _UNLINKABLE = sorted(sys.stdlib_module_names | {"aiohttp"})
 nitpick_ignore_regex = [(r"py:.*", rf"(?:{'|'.join(_UNLINKABLE)})(?:\..+)?")]
 # MultiDict's value type, and what the server gives a request (``Request.protocol``): not public API.
-nitpick_ignore = [("py:class", "aiorest.http.datastructures._V"), ("py:class", "aiorest.http.interfaces.BodySource")]
+nitpick_ignore = [
+    ("py:class", "aiorest.http.datastructures._V"),
+    ("py:class", "aiorest.http.interfaces.BodySource"),
+    ("py:class", "aiorest.http.websocket._T"),  # receive_json's message type
+]
 
 
 def _resolve_reexports(app: Any, env: Any, node: Any, contnode: Any) -> Any:

@@ -34,7 +34,7 @@ from ..routing.route import (
 from ..routing.table import RouteTable
 from ..typed.binding import TypedEndpoint
 from ..typed.declare import read_signature
-from .chaining import EndpointLayer, answer_options, chain, preflight_route, raise_routing_error, wrap
+from .chaining import EndpointLayer, answer_options, chain, layers_for, preflight_route, raise_routing_error, wrap
 from .readiness import Readiness
 
 if TYPE_CHECKING:
@@ -246,7 +246,8 @@ class App(_RouteDecorators):
             self.readiness.collect(route.middleware)
             if isinstance(route.call, TypedEndpoint):
                 route.call.raise_errors = answers_422  # else it returns its 422, which costs less
-            route.endpoint = wrap(chain(self.middleware, route.call, route.middleware, route), route.path, layers)
+            endpoint = chain(self.middleware, route.call, route.middleware, route)
+            route.endpoint = wrap(endpoint, route.path, layers_for(route, layers))
         self._static_endpoints = {
             path: {method: route.endpoint for method, route in methods.items()}
             for path, methods in self.router.static_routes().items()

@@ -12,16 +12,23 @@ from typing import TYPE_CHECKING
 
 from ..http.response import Response, to_response
 from ..routing.route import ROUTE_BINDING, Handler, Middleware, Route, _is_async
+from ..routing.websocket import WebSocketEndpoint
 
 if TYPE_CHECKING:
     from ..http.request import Request
 
-__all__ = ["EndpointLayer", "answer_options", "chain", "preflight_route", "raise_routing_error", "wrap"]
+__all__ = ["EndpointLayer", "answer_options", "chain", "layers_for", "preflight_route", "raise_routing_error", "wrap"]
 
 #: Wraps an endpoint for one run of the server (admission control, metrics):
 #: ``layer(endpoint, template)`` returns the endpoint to call instead; ``template``
 #: is the route's path template, or None for the answers to routing errors and OPTIONS.
 EndpointLayer = Callable[[Handler, "str | None"], Handler]
+
+
+def layers_for(route: Route, layers: Sequence[EndpointLayer]) -> Sequence[EndpointLayer]:
+    """The server's layers around ``route``: none around a WebSocket's, whose handler lives as long as its
+    connection (no request slot, no request latency: ``Limits.max_websockets`` and their own gauge)."""
+    return () if isinstance(route.call, WebSocketEndpoint) else layers
 
 
 def wrap(endpoint: Handler, template: str | None, layers: Sequence[EndpointLayer]) -> Handler:

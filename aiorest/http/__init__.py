@@ -18,6 +18,7 @@ from .response import JSONResponse, Response, StreamResponse, add_vary
 from .sse import EventSourceResponse, EventStreamParser, ServerSentEvent
 from .uploads import UploadFile, Uploads
 from .validators import ETag, parse_etags
+from .websocket import WebSocket, WebSocketChannel, WebSocketDisconnect, WebSocketLimits, WebSocketUpgrade
 
 __all__ = [
     "BackgroundTasks",
@@ -44,6 +45,11 @@ __all__ = [
     "StreamResponse",
     "UploadFile",
     "Uploads",
+    "WebSocket",
+    "WebSocketChannel",
+    "WebSocketDisconnect",
+    "WebSocketLimits",
+    "WebSocketUpgrade",
     "add_vary",
     "bad_body",
     "check_preconditions",

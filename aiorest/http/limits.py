@@ -48,6 +48,8 @@ class Limits:
                                 longer than a proxy's (nginx: 75 s)
     ``max_connections``         open connections; past it, a new one's first request
                                 gets 503, then close
+    ``max_websockets``          open WebSockets (they count as connections too); past
+                                it, a handler's ``accept`` answers 503 instead of 101
     ``max_background_tasks``    background tasks pending in a process (added by
                                 handlers, not yet finished: docs/background.rst);
                                 past it ``request.background.add`` raises a 503
@@ -74,6 +76,7 @@ class Limits:
     body_min_rate: int = _limit(8192, "bytes received that earn a body one more second (default 8192)")
     keepalive_timeout: float = _limit(90.0, "seconds an idle kept-alive connection stays open (default 90)")
     max_connections: int = _limit(16384, "open connections per worker; past it 503 (default 16384)")
+    max_websockets: int = _limit(1024, "open WebSockets per worker; past it accept answers 503 (default 1024)")
     max_background_tasks: int = _limit(
         1000, "background tasks pending per worker; past it adding one raises a 503 (default 1000)"
     )

@@ -37,6 +37,7 @@ import os
 import tempfile
 import time
 from bisect import bisect_left
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..http.conditional import answer_conditional
@@ -91,7 +92,14 @@ def _import_prometheus() -> Any:
 class Metrics:
     """The metrics of one server: a layer for the endpoints, the ``/metrics`` route, samplers."""
 
-    def __init__(self, app: App, admission: Admission | None = None, database: Any = None) -> None:
+    def __init__(
+        self,
+        app: App,
+        admission: Admission | None = None,
+        database: Any = None,
+        websockets: Callable[[], int] | None = None,
+    ) -> None:
+        """``websockets``: how many WebSockets are open (the server's count), sampled."""
         prom = _import_prometheus()
         self._prom = prom
         self.app = app
@@ -136,6 +144,8 @@ class Metrics:
             registry=registry,
         )
         self._background_seen = (0, 0)  # done, failed: what the counters have
+        self._open_websockets = websockets
+        self.websockets_open = self._gauge("aiorest_websockets_open", "WebSocket connections open (sampled).")
         self._sampler: asyncio.TimerHandle | None = None
         # counted here, flushed into the values above by flush()
         self.running = 0  # requests in flight
@@ -196,7 +206,15 @@ class Metrics:
             self._sampler = None
         self.flush()
         # a worker's gauges must not outlive its serving: zero them (livesum adds them up)
-        for gauge in (self.in_flight, self.queued, self.pool_size, self.pool_max_size, self.pool_in_use):
+        gauges = (
+            self.in_flight,
+            self.queued,
+            self.pool_size,
+            self.pool_max_size,
+            self.pool_in_use,
+            self.websockets_open,
+        )
+        for gauge in gauges:
             gauge.set(0)
         self.background_pending.set(0)
         self.pool_waiting.set(0)
@@ -206,9 +224,11 @@ class Metrics:
         self._sampler = loop.call_later(_SAMPLE_INTERVAL, self._tick, loop)
 
     def sample(self) -> None:
-        """Read the gauges that are states, not events: the admission queue, the database pool."""
+        """Read the gauges that are states, not events: the admission queue, the open WebSockets, the database pool."""
         if self.admission is not None:
             self.queued.set(self.admission.queued)
+        if self._open_websockets is not None:
+            self.websockets_open.set(self._open_websockets())
         db = self.database
         if db is None:
             return

@@ -14,6 +14,7 @@ from .route import (
     Router,
 )
 from .table import RouteTable
+from .websocket import OriginPolicy, WebSocketEndpoint, WebSocketHandler
 
 __all__ = [
     "Route",
@@ -28,4 +29,7 @@ __all__ = [
     "HANDLER_MIDDLEWARE",
     "PREFLIGHT_MIDDLEWARE",
     "ROUTE_BINDING",
+    "OriginPolicy",
+    "WebSocketEndpoint",
+    "WebSocketHandler",
 ]

@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, cast
 from ..http.datastructures import _check_header
 from ..http.response import _checked_status
 from .static import StaticFiles
+from .websocket import OriginPolicy, WebSocketEndpoint, WebSocketHandler
 
 if TYPE_CHECKING:
     from ..http.request import Request
     from ..http.response import Response
+    from ..http.websocket import WebSocketLimits
 
 __all__ = ["Route", "Router", "RouteOptions", "NoMatchFound", "Handler", "Middleware", "METHODS", "ROUTE_BINDING"]
 
@@ -246,6 +248,26 @@ class _RouteDecorators:
     def delete(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[_H], _H]:
         """``route(path, ["DELETE"], ...)``."""
         return self.route(path, ["DELETE"], **options)
+
+    def websocket(
+        self,
+        path: str,
+        *,
+        limits: WebSocketLimits | None = None,
+        origins: Iterable[str] | OriginPolicy | str = (),
+        name: str | None = None,
+        middleware: Sequence[Middleware] = (),
+    ) -> Callable[[WebSocketHandler], WebSocketHandler]:
+        """Register the decorated handler, given a :class:`~aiorest.WebSocket`, for WebSockets at ``path``
+        (see :doc:`websockets`): ``limits`` of its connections, the ``origins`` allowed besides the server's own.
+        """
+
+        def decorator(handler: WebSocketHandler) -> WebSocketHandler:
+            endpoint = WebSocketEndpoint(handler, limits, origins)
+            self.add_route("GET", path, endpoint, name=name, middleware=middleware)
+            return handler
+
+        return decorator
 
     def include(self, router: Router, prefix: str = "", *, name: str | None = None) -> None:
         """Add every route of ``router`` under ``prefix``.

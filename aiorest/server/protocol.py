@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Sequence
 from contextvars import copy_context
 from typing import TYPE_CHECKING, Any, cast
 
-from ..http.exceptions import ClientDisconnected, HTTPServiceUnavailable
+from ..http.exceptions import ClientDisconnected, HTTPBadRequest, HTTPServiceUnavailable
 from ..http.limits import Limits
+from ..http.request import Request
+from ..http.websocket import WebSocketChannel, WebSocketLimits
 from ._h1 import H1Connection, Timeout
 from ._h1.connection import CLOSE
 from .driving import HandlerDriver
@@ -184,6 +187,33 @@ class HttpProtocol(asyncio.Protocol):
             await waiter
         finally:
             self._drain_waiter = None
+
+    # -- a change of protocol ---------------------------------------------------------------
+
+    def upgrade_websocket(
+        self, request: Request, limits: WebSocketLimits, subprotocol: str | None, headers: Sequence[tuple[str, str]]
+    ) -> WebSocketChannel:
+        """The handler of ``request`` accepts its WebSocket: answer 101 and hand the transport over
+        (the bytes after the head included); an HTTPError to answer instead if it cannot be."""
+        from ._ws import WebSocketConnection, handshake  # the websockets library: only where one is accepted
+
+        state = self._state
+        if self.closed or self.transport is None:
+            raise ClientDisconnected("the client closed the connection")
+        if state.draining or len(state.websockets) >= self._limits.max_websockets:
+            raise HTTPServiceUnavailable("too many WebSockets" if not state.draining else "stopping", retry_after=1)
+        protocol = handshake(request, limits, subprotocol, headers)
+        received = self._conn.upgrade()
+        if received is None:
+            raise HTTPBadRequest("the request cannot be upgraded to a WebSocket")
+        transport = self.transport
+        # The HTTP side of the connection ends here: its driver writes nothing more, its tick stops.
+        self.closed = True
+        self.transport = None
+        state.connections.discard(self)
+        websocket = WebSocketConnection(protocol, limits, state, self._loop)
+        websocket.start(transport, received)
+        return websocket
 
     # -- the body source of its requests, flow control and deadlines ---------------------------
 

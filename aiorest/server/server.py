@@ -103,7 +103,7 @@ class Server:
         if config.metrics:
             from ..ops.metrics import Metrics  # imports prometheus_client: only when asked for
 
-            self.metrics = Metrics(app, self.admission, app.database)
+            self.metrics = Metrics(app, self.admission, app.database, websockets=lambda: len(self._state.websockets))
             if self._lag is None:
                 self._lag = LoopLagMonitor(interval=_LAG_INTERVAL, max_samples=1)
             self._lag.on_sample = self.metrics.observe_lag

@@ -35,6 +35,7 @@ class ServerState:
         if server_header is not None:
             check_header_value(server_header, "server_header")
         self.connections: set[ServedConnection] = set()
+        self.websockets: set[ServedConnection] = set()  # the accepted WebSockets (in ``connections`` too)
         self.draining = False
         self.cancel_on_disconnect = cancel_on_disconnect
         self._server_line = f"Server: {server_header}\r\n" if server_header else ""

@@ -781,6 +781,33 @@ async def until_true(condition: Callable[[], bool]) -> None:
     raise AssertionError("timed out waiting")
 
 
+async def exercise_websockets(module: ModuleType, client: Any) -> None:
+    async with client.ws_connect("/echo") as ws:
+        await ws.send_str("hello")
+        assert (await ws.receive(timeout=5)).data == "hello"
+        await ws.send_bytes(b"\x00")
+        assert (await ws.receive(timeout=5)).data == b"\x00"
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await client.ws_connect("/rooms/lobby")
+    assert refused.value.status == 401
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await client.ws_connect("/rooms/lobby", headers={"Authorization": "Bearer ada"}, origin="https://evil.example")
+    assert refused.value.status == 403
+    ada = await client.ws_connect(
+        "/rooms/lobby", headers={"Authorization": "Bearer ada"}, protocols=["chat.v1"], origin="https://chat.example"
+    )
+    bob = await client.ws_connect("/rooms/lobby", headers={"Authorization": "Bearer bob"})
+    assert ada.protocol == "chat.v1" and bob.protocol is None
+    await bob.send_json({"text": "hi"})
+    assert await ada.receive_json(timeout=5) == {"user": "bob", "text": "hi"}
+    assert await bob.receive_json(timeout=5) == {"user": "bob", "text": "hi"}
+    await ada.send_json({"txt": "typo"})
+    message = await ada.receive(timeout=5)
+    assert message.type is aiohttp.WSMsgType.CLOSE and message.data == 1007
+    await ada.close()
+    await bob.close()
+
+
 EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "background": exercise_background,
     "background_arq": exercise_background_arq,
@@ -814,6 +841,7 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "auth": exercise_auth,
     "auth_sessions": exercise_auth_sessions,
     "sessions": exercise_sessions,
+    "websockets": exercise_websockets,
 }
 
 

@@ -271,3 +271,27 @@ async def test_a_handler_cancelled_because_its_client_left_is_counted_499():
             await asyncio.sleep(0.01)
     assert value(found, "aiorest_requests_total", route="/block", method="GET", status="499") == 1
     assert value(found, "aiorest_request_duration_seconds_count", route="/block") == 1
+
+
+async def test_open_websockets_are_a_gauge():
+    app = App()
+
+    @app.websocket("/ws")
+    async def hold(ws):
+        await ws.accept()
+        async for _ in ws:
+            pass
+
+    async def gauge(session: aiohttp.ClientSession, expected: float) -> float | None:
+        for _ in range(60):  # sampled once a second
+            found = value(await scrape(session), "aiorest_websockets_open")
+            if found == expected:
+                break
+            await asyncio.sleep(0.1)
+        return found
+
+    async with serving(app) as (_, session):
+        assert await gauge(session, 0) == 0
+        async with session.ws_connect("/ws"), session.ws_connect("/ws"):
+            assert await gauge(session, 2) == 2
+        assert await gauge(session, 0) == 0

@@ -14,7 +14,7 @@ import pytest
 
 from aiorest import App, Limits, Request
 from aiorest.http.exceptions import ClientDisconnected, HTTPError, HTTPServiceUnavailable
-from aiorest.server._h1 import ANSWERING, BODY, CLOSED, CLOSING, HEAD, IDLE, STOPPED, H1Connection, Timeout
+from aiorest.server._h1 import ANSWERING, BODY, CLOSED, CLOSING, HEAD, IDLE, STOPPED, UPGRADED, H1Connection, Timeout
 from aiorest.server._h1.connection import CLOSE
 from aiorest.server._h1.states import RECV, SEND
 from aiorest.server.writing import write_error
@@ -278,11 +278,44 @@ def test_a_head_split_across_many_small_feeds():
     assert request.path == "/split" and request.headers["x-long"] == "v" * 50
 
 
-def test_an_upgrade_is_answered_then_the_connection_closes():
+def test_an_upgrade_to_another_protocol_is_answered_then_the_connection_closes():
     conn, _ = connection()
-    conn.receive_data(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n")
+    conn.receive_data(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n")
     [request] = conn.queue
     assert conn.recv_state is STOPPED and not request.keep_alive
+
+
+_WEBSOCKET_HEAD = b"GET /ws HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+
+
+@pytest.mark.parametrize(("slices", "size"), [(1, 40_000), (7, 8_000)])  # one read larger than a parsing slice
+def test_a_websocket_head_keeps_the_bytes_after_it_for_the_websocket(slices, size):
+    conn, _ = connection()
+    data = _WEBSOCKET_HEAD + b"\x81\x85frame" + b"x" * size
+    step = -(-len(data) // slices)
+    for start in range(0, len(data), step):
+        conn.receive_data(data[start : start + step])
+    [request] = conn.queue
+    assert conn.recv_state is UPGRADED and not conn.want_read
+    assert not request.keep_alive  # refused (answered as HTTP), the connection closes
+    assert conn.upgrade() == data[len(_WEBSOCKET_HEAD) :]
+    assert conn.send_state is UPGRADED
+    assert not conn.finish(request) and conn.send_state is CLOSED
+
+
+def test_a_websocket_head_that_is_refused_reads_nothing_more():
+    conn, _ = connection()
+    conn.receive_data(_WEBSOCKET_HEAD + b"\x81\x85hello")
+    [request] = conn.queue
+    assert not conn.finish(request)  # the handler answered HTTP: the connection closes
+    assert conn.send_state is CLOSED and not conn.want_read
+
+
+def test_a_client_that_sends_too_much_before_the_upgrade_is_answered_is_stopped():
+    conn, _ = connection(max_header_size=1024)
+    conn.receive_data(_WEBSOCKET_HEAD)
+    conn.receive_data(b"x" * 2000)
+    assert conn.recv_state is STOPPED and conn.upgrade() is None
 
 
 def test_an_upgrade_with_a_body_is_never_served_with_the_body_cut_off():
@@ -487,8 +520,8 @@ def test_past_max_connections_the_first_request_is_refused_with_503():
 
 
 def test_the_state_tables_are_closed_and_every_state_is_reached():
-    recv_states = {HEAD, BODY, STOPPED, CLOSED}
-    send_states = {IDLE, ANSWERING, CLOSING, CLOSED}
+    recv_states = {HEAD, BODY, STOPPED, UPGRADED, CLOSED}
+    send_states = {IDLE, ANSWERING, CLOSING, UPGRADED, CLOSED}
     assert {s for s, _ in RECV} | set(RECV.values()) == recv_states
     assert {s for s, _ in SEND} | set(SEND.values()) == send_states
     for state in recv_states:

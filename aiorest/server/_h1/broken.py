@@ -37,7 +37,7 @@ class Stopping(Protocol):
     """What BrokenBytes needs of the state machine (H1Connection)."""
 
     def stop_reading(self) -> None: ...
-    def upgrade_asked(self) -> None: ...
+    def upgrade_asked(self, rest: bytes | memoryview) -> None: ...
     def answer_broken(self, request: Request, error: HTTPError) -> None: ...
 
 
@@ -72,7 +72,7 @@ class BrokenBytes:
         if error is not None:
             self.abort(error, method_known)
         elif isinstance(exc, httptools.HttpParserUpgrade):
-            self._conn.upgrade_asked()
+            self._conn.upgrade_asked(b"")  # inside a body: refused (see upgrade_refused)
         else:
             self._conn.stop_reading()
 

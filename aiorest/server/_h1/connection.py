@@ -25,9 +25,9 @@ from ...http.limits import Limits
 from ...http.request import AppInterface, BodySource, Request
 from .body import BodyIntake, BodyMemory
 from .broken import StopParsing
-from .heads import upgrade_refused
+from .heads import upgrade_refused, wants_websocket
 from .reader import CLOSE, HeadReader
-from .states import CLOSED, CLOSING, HEAD, IDLE, RECV, SEND, STOPPED, Clock, Timeout
+from .states import BODY, CLOSED, CLOSING, HEAD, IDLE, RECV, SEND, UPGRADED, Clock, Timeout
 
 __all__ = ["H1Connection", "CLOSE"]
 
@@ -54,6 +54,8 @@ class H1Connection:
         "head_errors",
         "idle_since",
         "receive_data",
+        "_upgrade_bytes",
+        "_max_upgrade_bytes",
     )
 
     def __init__(
@@ -75,6 +77,8 @@ class H1Connection:
         self._body = body = BodyIntake(limits, clock, body_memory)  # the body arriving: its deadline, its bytes
         self._max_pipeline = limits.max_pipeline  # read for every request: kept here
         self.idle_since = clock.now  # when the last answer was finished: the keep-alive wait runs from then
+        self._upgrade_bytes: bytearray | None = None  # after a WebSocket's head: the new protocol's first bytes
+        self._max_upgrade_bytes = limits.max_header_size
         self._reader = reader = HeadReader(
             self, self.queue, body, app, limits, clock, body_source, self.on_body, self.on_message_complete
         )
@@ -217,7 +221,8 @@ class H1Connection:
     @property
     def stopped(self) -> bool:
         """Whether parsing stopped for good: the bytes still to come are never read."""
-        return self.recv_state is STOPPED or self.recv_state is CLOSED
+        state = self.recv_state
+        return state is not HEAD and state is not BODY and state is not UPGRADED
 
     @property
     def head_begun(self) -> bool:
@@ -233,8 +238,7 @@ class H1Connection:
         """Reading may resume once the pipeline and the body buffer have room."""
         state = self.recv_state
         if (
-            state is not STOPPED
-            and state is not CLOSED
+            (state is HEAD or state is BODY)
             and len(self.queue) < self._max_pipeline
             and self._body.buffered <= self._body.buffer_limit
         ):
@@ -290,6 +294,7 @@ class H1Connection:
     def stop_reading(self) -> None:
         """Read nothing more: answer what is queued, then close."""
         self._reader.drop_unparsed()
+        self._upgrade_bytes = None
         self.recv_state = RECV[self.recv_state, "stop"]
         self.want_read = False
         self._close_after_queue()
@@ -300,14 +305,46 @@ class H1Connection:
         self.head_errors[request] = error
         self.send_state = _ON_REQUEST[self.send_state]
 
-    def upgrade_asked(self) -> None:
-        """llhttp stopped at a head asking to change protocol (``Connection: upgrade``, or CONNECT).
+    def upgrade_asked(self, rest: bytes | memoryview) -> None:
+        """llhttp stopped at a head asking to change protocol (``Connection: upgrade``, or CONNECT);
+        ``rest``: the bytes after it, in the same read.
 
-        We speak no other protocol: the request is answered as HTTP/1.1, then the connection
-        closes. Here the connection would change protocol: a WebSocket upgrade would answer
-        101, move both sides to a state of their own (states.py) and hand the bytes after
-        the head to the new protocol, instead of stopping.
+        A WebSocket's (RFC 6455, 4.2.1: a GET without a body asking for ``websocket``) is queued
+        as a request, its handler to accept or refuse it; the bytes after its head are kept for
+        the WebSocket (``upgrade``), and nothing more is read meanwhile. Any other is answered as
+        HTTP/1.1, then the connection closes: we speak no other protocol.
         """
-        if self.queue:
-            upgrade_refused(self.queue[-1], self.head_errors)
+        request = self.queue[-1] if self.queue else None
+        if (
+            request is not None
+            and self.recv_state is HEAD
+            and request not in self.head_errors
+            and wants_websocket(request)
+        ):
+            request.keep_alive = False  # refused (an HTTP answer), the connection closes after it
+            self.recv_state = RECV[self.recv_state, "upgrade"]
+            self.want_read = False
+            self._upgrade_bytes = bytearray(rest)
+            return
+        if request is not None:
+            upgrade_refused(request, self.head_errors)
         self.stop_reading()
+
+    def after_upgrade(self, data: bytes | memoryview) -> None:
+        """Bytes read after a WebSocket's head, before reading paused: the WebSocket's, up to ``max_header_size``
+        (a client that sends more before its answer is refused: the connection closes after it)."""
+        kept = self._upgrade_bytes
+        if kept is not None and len(kept) + len(data) <= self._max_upgrade_bytes:
+            kept += data
+        else:
+            self.stop_reading()
+
+    def upgrade(self) -> bytes | None:
+        """The handler accepted the WebSocket (101 goes out now): the connection is the WebSocket's,
+        with the bytes that followed the head. None: it cannot be (no WebSocket's head, or reading stopped)."""
+        if self.recv_state is not UPGRADED:
+            return None
+        self.send_state = SEND[self.send_state, "upgrade"]
+        rest = bytes(self._upgrade_bytes or b"") + self._reader.take_unparsed()
+        self._upgrade_bytes = None
+        return rest

@@ -30,6 +30,7 @@ __all__ = [
     "host_error",
     "general_request",
     "upgrade_refused",
+    "wants_websocket",
 ]
 
 # RFC 9112, 3.2: one Host line, whose value is RFC 9110's  Host = uri-host [ ":" port ],  from RFC 3986, 3.2.2:
@@ -57,6 +58,21 @@ def upgrade_refused(request: Request, head_errors: dict[Request, HTTPError]) -> 
         if name == b"transfer-encoding" or (name == b"content-length" and value.strip(b" \t") != b"0"):
             head_errors[request] = HTTPBadRequest("a request asking to upgrade cannot have a body here")
             return
+
+
+def wants_websocket(request: Request) -> bool:
+    """Whether ``request`` asks for a WebSocket (RFC 6455, 4.1): a GET with ``Upgrade: websocket``
+    and no body. Its key and version are the handshake's to check (server/websocket.py)."""
+    if request.method != "GET":
+        return False
+    asked = False
+    for name, value in request.raw_headers:
+        name = name.lower()
+        if name == b"upgrade":
+            asked = asked or any(token.strip(b" \t").lower() == b"websocket" for token in value.split(b","))
+        elif name == b"transfer-encoding" or (name == b"content-length" and value.strip(b" \t") != b"0"):
+            return False
+    return asked
 
 
 def host_error(value: bytes) -> HTTPError | None:

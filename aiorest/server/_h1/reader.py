@@ -29,7 +29,7 @@ from ...http.request import AppInterface, BodySource, Request
 from .body import BodyIntake
 from .broken import BrokenBytes, ParseAbort, is_head
 from .heads import NO_FRAMING, Framing, framing_header, general_request, host_error
-from .states import CLOSED, STOPPED, Clock, Timeout, nothing
+from .states import BODY, HEAD, STOPPED, UPGRADED, Clock, Timeout, nothing
 
 __all__ = ["HeadReader", "Callbacks", "StateMachine", "CLOSE"]
 
@@ -54,7 +54,8 @@ class StateMachine(Protocol):
     def stopped(self) -> bool: ...
     def head_received(self, request: Request, error: HTTPError | None, chunked: bool, stop: bool) -> None: ...
     def stop_reading(self) -> None: ...
-    def upgrade_asked(self) -> None: ...
+    def upgrade_asked(self, rest: bytes | memoryview) -> None: ...
+    def after_upgrade(self, data: bytes | memoryview) -> None: ...
     def answer_broken(self, request: Request, error: HTTPError) -> None: ...
 
 
@@ -155,7 +156,9 @@ class HeadReader:
     def receive_data(self, data: bytes | memoryview) -> None:
         """Parse ``data``: complete heads join the queue; body bytes go to the request being received."""
         state = self._conn.recv_state
-        if state is STOPPED or state is CLOSED:
+        if state is not HEAD and state is not BODY:
+            if state is UPGRADED:  # bytes of the new protocol, read before reading paused
+                self._conn.after_upgrade(data)
             return
         size = len(data)
         if size > _FEED_SLICE:
@@ -178,8 +181,11 @@ class HeadReader:
                 self._head_since = self._clock.now
         try:
             self._parser.feed_data(data)
-        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+        except httptools.HttpParserError as exc:
             self._broken.parse_error(exc)
+        except httptools.HttpParserUpgrade as exc:
+            # llhttp stopped after a head asking to change protocol: what follows it is the new protocol's
+            self._conn.upgrade_asked(data[exc.args[0] :])
         if self._in_head and self._head_bytes > self._max_header_size and self._conn.recv_state is not STOPPED:
             self._broken.abort(errors.HTTPRequestHeaderFieldsTooLarge("request head too large"))
         self._ready()
@@ -224,6 +230,11 @@ class HeadReader:
 
     def has_unparsed(self) -> bool:
         return self._unparsed is not None
+
+    def take_unparsed(self) -> bytes:
+        """What is left of a large read, taken (the bytes after an upgrade's head)."""
+        data, self._unparsed = self._unparsed, None
+        return b"" if data is None else bytes(data)
 
     def receive_unparsed(self) -> None:
         data, self._unparsed = self._unparsed, None

@@ -10,6 +10,9 @@ pair that is not in the table is a bug of ours (a KeyError), never a silent move
           BODY   --complete-->  HEAD     the body's last byte: the next head may come
           HEAD|BODY --stop-->   STOPPED  broken bytes, a limit, an upgrade, a body timeout,
                                          the client's EOF: read nothing more
+          HEAD   --upgrade-->   UPGRADED a head asking for a WebSocket: the bytes after it are
+                                         kept for the new protocol, the HTTP/1.1 parser reads no more
+          UPGRADED --stop-->    STOPPED  the upgrade is refused (the handler answered HTTP)
           any    --lost-->      CLOSED   the transport is gone
 
     send  IDLE      --request-->   ANSWERING  a request is queued: the queue's head is to be answered
@@ -22,13 +25,16 @@ pair that is not in the table is a bug of ours (a KeyError), never a silent move
           CLOSING   --closed-->    CLOSED     the last answer said Connection: close
           any       --lost-->      CLOSED
           any       --abandon-->   CLOSED     an answer failed half-way: nothing more is answered
+          ANSWERING|CLOSING --upgrade--> UPGRADED  the handler accepted the WebSocket: 101 is sent,
+                                              the transport is the WebSocket's (server/websocket.py)
+          UPGRADED  --closed|lost|abandon|closing--> CLOSED  the WebSocket's handler returned
 
 As in h11, the server's side moves when the client's request arrives, not when
 a handler picks it up: receiving a head is the send side's event.
 
-A change of protocol (the WebSocket upgrade) is not in the tables yet: a head
-asking for one stops the receive side (H1Connection.upgrade_asked, where it lands,
-with a state of its own on each side).
+A change of protocol is a state on each side: the receive side's UPGRADED when a
+WebSocket's head arrives (H1Connection.upgrade_asked; any other upgrade stops it),
+the send side's UPGRADED once its handler accepts (H1Connection.upgrade).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ __all__ = [
     "IDLE",
     "ANSWERING",
     "CLOSING",
+    "UPGRADED",
     "RECV",
     "SEND",
     "Timeout",
@@ -60,6 +67,7 @@ CLOSED = "CLOSED"
 IDLE = "IDLE"
 ANSWERING = "ANSWERING"
 CLOSING = "CLOSING"
+UPGRADED = "UPGRADED"
 
 RECV: dict[tuple[str, str], str] = {
     (HEAD, "no_body"): HEAD,
@@ -72,6 +80,9 @@ RECV: dict[tuple[str, str], str] = {
     (BODY, "lost"): CLOSED,
     (STOPPED, "lost"): CLOSED,
     (CLOSED, "lost"): CLOSED,
+    (HEAD, "upgrade"): UPGRADED,
+    (UPGRADED, "stop"): STOPPED,
+    (UPGRADED, "lost"): CLOSED,
 }
 
 SEND: dict[tuple[str, str], str] = {
@@ -95,6 +106,12 @@ SEND: dict[tuple[str, str], str] = {
     (ANSWERING, "abandon"): CLOSED,
     (CLOSING, "abandon"): CLOSED,
     (CLOSED, "abandon"): CLOSED,
+    (ANSWERING, "upgrade"): UPGRADED,
+    (CLOSING, "upgrade"): UPGRADED,
+    (UPGRADED, "closed"): CLOSED,
+    (UPGRADED, "lost"): CLOSED,
+    (UPGRADED, "abandon"): CLOSED,
+    (UPGRADED, "closing"): CLOSED,
 }
 
 

@@ -1,0 +1,58 @@
+"""The WebSocket opening handshake (RFC 6455, 4.2), by the ``websockets`` library's sans-IO ServerProtocol.
+
+``handshake`` checks the client's key and version, agrees on permessage-deflate
+(RFC 7692) and the subprotocol the handler chose, and gives the protocol object, now
+OPEN, whose ``data_to_send`` holds the 101 answer; a handshake it refuses becomes the
+HTTPError to answer instead (400, or 426 with the version we speak).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
+from websockets.http11 import Request as WSRequest
+from websockets.server import ServerProtocol
+from websockets.typing import Subprotocol
+
+from ...http.exceptions import HTTPBadRequest, HTTPError
+from ...http.request import Request
+from ...http.websocket import WebSocketLimits
+
+__all__ = ["handshake"]
+
+# The websockets library's defaults for a server (enable_server_permessage_deflate): 4 KiB windows,
+# memLevel 5, about 64 KiB of zlib state a connection instead of 256 KiB.
+_DEFLATE = ServerPerMessageDeflateFactory(
+    server_max_window_bits=12, client_max_window_bits=12, compress_settings={"memLevel": 5}
+)
+
+
+def handshake(
+    request: Request, limits: WebSocketLimits, subprotocol: str | None, headers: Sequence[tuple[str, str]]
+) -> ServerProtocol:
+    """The sans-IO protocol of the WebSocket ``request`` asks for, its 101 answer queued; HTTPError if refused."""
+    protocol = ServerProtocol(
+        extensions=[_DEFLATE] if limits.compression else None,
+        subprotocols=[Subprotocol(subprotocol)] if subprotocol is not None else None,
+        max_size=(limits.max_message, limits.max_frame),
+    )
+    # The head again, as the library reads it: its parser then goes on with the frames that follow.
+    target = request.raw_path + (b"?" + request.query_string.encode("latin-1") if request.query_string else b"")
+    lines = b"".join(b"%s: %s\r\n" % (name, value.strip(b" \t")) for name, value in request.raw_headers)
+    protocol.receive_data(b"GET %s HTTP/1.1\r\n%s\r\n" % (target, lines))
+    events = protocol.events_received()
+    if len(events) != 1 or not isinstance(events[0], WSRequest):
+        raise HTTPBadRequest("malformed WebSocket handshake")
+    response = protocol.accept(events[0])
+    if response.status_code != 101:
+        status = response.status_code if 400 <= response.status_code <= 599 else 400
+        message = response.body.decode("utf-8", "replace").strip() or None
+        if status == 400 and events[0].headers.get("Sec-WebSocket-Version") != "13":
+            # RFC 6455, 4.4: a version we do not speak is answered 426 with the one we do
+            raise HTTPError(message, status=426, headers={"Sec-WebSocket-Version": "13"})
+        raise HTTPError(message, status=status)
+    for extra_name, extra_value in headers:
+        response.headers[extra_name] = extra_value
+    protocol.send_response(response)
+    return protocol
