@@ -213,14 +213,15 @@ class _MultipartReader:
         limits = self.limits
         name = segment.name or ""
         self._name = name
-        try:
-            headers = Headers([(key, value) for key, value in segment.headerlist])
-        except ValueError as exc:  # a control character in a part's header: what a response would refuse
-            raise HTTPBadRequest(f"malformed multipart part header: {exc}") from None
         if segment.filename is not None:
             self.files += 1
             if self.files > limits.max_files:
                 raise _too_large("the form's number of files", "max_files", limits.max_files)
+            # A file's headers are the handler's to read; a field's are not kept (a fifth of a form of fields).
+            try:
+                headers = Headers([(key, value) for key, value in segment.headerlist])
+            except ValueError as exc:  # a control character in a part's header: what a response would refuse
+                raise HTTPBadRequest(f"malformed multipart part header: {exc}") from None
             content_type = segment.content_type or "application/octet-stream"
             self._part = UploadFile(name, segment.filename, content_type, headers, self.uploads)
         else:
