@@ -30,6 +30,7 @@ _DEFLATE = ServerPerMessageDeflateFactory(
 )
 
 _utf8 = codecs.getincrementaldecoder("utf-8")
+_DATA = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
 
 
 class CheckedProtocol(ServerProtocol):
@@ -42,12 +43,12 @@ class CheckedProtocol(ServerProtocol):
 
     def recv_frame(self, frame: Frame) -> None:
         opcode = frame.opcode
-        if opcode is Opcode.TEXT:
-            self._text = _utf8()
-        elif opcode is Opcode.BINARY:
-            self._text = None
-        if self._text is not None and (opcode is Opcode.TEXT or opcode is Opcode.CONT):
-            self._text.decode(frame.data, frame.fin)  # UnicodeDecodeError: the parser fails the connection, 1007
+        # a data frame the framing allows (else the library fails the connection with 1002)
+        if opcode in _DATA and (opcode is Opcode.CONT) == (self.current_size is not None):
+            if opcode is not Opcode.CONT:
+                self._text = _utf8() if opcode is Opcode.TEXT else None
+            if self._text is not None:
+                self._text.decode(frame.data, frame.fin)  # UnicodeDecodeError: the parser fails it, 1007
         super().recv_frame(frame)
 
 
