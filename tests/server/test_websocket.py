@@ -268,6 +268,20 @@ async def test_invalid_utf8_closes_1007_even_split_between_fragments():
         raw.close()
 
 
+async def test_invalid_utf8_followed_by_a_close_in_the_same_read_still_closes_1007():
+    """Found by the frame fuzzer: the library answered the close (1000) before the text was checked."""
+    app, _ = make_app()
+    async with TestClient(app) as client:
+        raw, _ = await RawWebSocket.open(client.port)
+        bad = Frame(Opcode.TEXT, b"ok\xff").serialize(mask=True, extensions=[])
+        ping = Frame(Opcode.PING, b"after").serialize(mask=True, extensions=[])
+        close = Frame(Opcode.CLOSE, Close(1000, "bye").serialize()).serialize(mask=True, extensions=[])
+        raw.writer.write(bad + ping + close)  # one write: one read on the server
+        first = await raw.frame()
+        assert first.opcode is Opcode.CLOSE and Close.parse(first.data).code == 1007  # no pong for the later ping
+        raw.close()
+
+
 async def test_a_protocol_error_closes_1002():
     app, _ = make_app()
     async with TestClient(app) as client:

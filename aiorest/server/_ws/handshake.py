@@ -8,9 +8,11 @@ HTTPError to answer instead (400, or 426 with the version we speak).
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Sequence
 
 from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
+from websockets.frames import Frame, Opcode
 from websockets.http11 import Request as WSRequest
 from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
@@ -27,12 +29,34 @@ _DEFLATE = ServerPerMessageDeflateFactory(
     server_max_window_bits=12, client_max_window_bits=12, compress_settings={"memLevel": 5}
 )
 
+_utf8 = codecs.getincrementaldecoder("utf-8")
+_DATA = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
+
+
+class CheckedProtocol(ServerProtocol):
+    """ServerProtocol that checks a text message's UTF-8 as each frame is parsed (RFC 6455, 8.1: close 1007).
+
+    Checked here, in the library's parser, and not once its frames are events: a close frame read in the
+    same ``receive_data`` would otherwise be answered (1000) before the bad text was seen."""
+
+    _text: codecs.IncrementalDecoder | None = None
+
+    def recv_frame(self, frame: Frame) -> None:
+        opcode = frame.opcode
+        # a data frame the framing allows (else the library fails the connection with 1002)
+        if opcode in _DATA and (opcode is Opcode.CONT) == (self.current_size is not None):
+            if opcode is not Opcode.CONT:
+                self._text = _utf8() if opcode is Opcode.TEXT else None
+            if self._text is not None:
+                self._text.decode(frame.data, frame.fin)  # UnicodeDecodeError: the parser fails it, 1007
+        super().recv_frame(frame)
+
 
 def handshake(
     request: Request, limits: WebSocketLimits, subprotocol: str | None, headers: Sequence[tuple[str, str]]
 ) -> ServerProtocol:
     """The sans-IO protocol of the WebSocket ``request`` asks for, its 101 answer queued; HTTPError if refused."""
-    protocol = ServerProtocol(
+    protocol = CheckedProtocol(
         extensions=[_DEFLATE] if limits.compression else None,
         subprotocols=[Subprotocol(subprotocol)] if subprotocol is not None else None,
         max_size=(limits.max_message, limits.max_frame),
