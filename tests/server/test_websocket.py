@@ -521,3 +521,80 @@ async def test_the_session_is_read_before_accept():
             assert response.status == 200
         async with client.ws_connect("/me") as ws:  # the session cookie goes with the handshake
             assert (await ws.receive(timeout=5)).data == "ada"
+
+
+async def test_unmasked_frames_reserved_opcodes_and_reserved_bits_close_1002():
+    app, _ = make_app()
+    async with TestClient(app) as client:
+        for frame in (
+            Frame(Opcode.TEXT, b"hi").serialize(mask=False, extensions=[]),  # a client's frames are masked
+            bytes([0x80 | 0x3, 0x80]) + os.urandom(4),  # opcode 3: reserved
+            bytes([0x80 | 0x20 | Opcode.TEXT, 0x80]) + os.urandom(4),  # RSV2, with no extension to own it
+        ):
+            raw, _ = await RawWebSocket.open(client.port)
+            raw.writer.write(frame)
+            assert (await raw.close_frame()).code == 1002, frame
+            raw.close()
+
+
+async def test_a_frame_larger_than_max_frame_closes_1009_though_the_message_would_fit():
+    app, _ = make_app(WebSocketLimits(max_message=4096, max_frame=1024))
+    async with TestClient(app) as client:
+        raw, _ = await RawWebSocket.open(client.port)
+        raw.send(Opcode.BINARY, b"x" * 1000)  # under both
+        assert (await raw.frame()).data == b"x" * 1000
+        raw.send(Opcode.BINARY, b"x" * 2000)  # a message max_message allows, in a frame max_frame does not
+        assert (await raw.close_frame()).code == 1009
+        raw.close()
+
+
+async def test_a_handler_that_returns_without_accepting_is_403_and_one_that_returns_open_closes_1000():
+    app = App()
+
+    @app.websocket("/refuse")
+    async def refuse(ws: WebSocket) -> None:
+        return None
+
+    @app.websocket("/done")
+    async def done(ws: WebSocket) -> None:
+        await ws.accept()
+        await ws.send_text("that is all")
+
+    async with TestClient(app) as client:
+        raw, head = await RawWebSocket.open(client.port, "/refuse")
+        assert head.startswith(b"HTTP/1.1 403 ")
+        raw.close()
+        async with client.ws_connect("/done") as ws:
+            assert (await ws.receive(timeout=5)).data == "that is all"
+            message = await ws.receive(timeout=5)
+            assert message.type is aiohttp.WSMsgType.CLOSE and message.data == 1000
+
+
+async def test_a_client_gone_without_a_close_frame_is_1006_to_the_handler():
+    app, seen = make_app()
+    async with TestClient(app) as client:
+        raw, _ = await RawWebSocket.open(client.port)
+        raw.send(Opcode.TEXT, b"hello")
+        assert (await raw.frame()).data == b"hello"
+        raw.writer.transport.abort()  # no close frame: the TCP connection just ends
+        for _ in range(100):
+            if "close" in seen:
+                break
+            await asyncio.sleep(0.02)
+        assert seen["close"] == 1006
+
+
+async def test_a_client_that_never_answers_the_close_is_dropped_after_close_timeout():
+    app = App()
+
+    @app.websocket("/bye", limits=WebSocketLimits(close_timeout=0.5))
+    async def bye(ws: WebSocket) -> None:
+        await ws.accept()
+        await ws.close(4001, "bye now")
+
+    async with TestClient(app) as client:
+        raw, _ = await RawWebSocket.open(client.port, "/bye")
+        assert (await raw.close_frame()).code == 4001  # and never an answer from this client
+        # Dropped once close_timeout is past (checked on the server's once-a-second tick).
+        assert await asyncio.wait_for(raw.reader.read(), 5) == b""
+        raw.close()
