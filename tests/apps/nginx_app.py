@@ -4,7 +4,17 @@ import asyncio
 import hashlib
 import os
 
-from aiorest import App, EventSourceResponse, HTTPNotFound, Request, Response, ServerSentEvent, StreamResponse
+from aiorest import (
+    App,
+    EventSourceResponse,
+    HTTPNotFound,
+    Request,
+    Response,
+    ServerSentEvent,
+    StreamResponse,
+    WebSocket,
+    WebSocketLimits,
+)
 
 app = App()
 released = asyncio.Event()  # POST /release: the event stream's second event may go
@@ -61,6 +71,39 @@ async def events(request: Request) -> EventSourceResponse:
         await asyncio.Event().wait()  # only the end of the stream ends this
 
     return EventSourceResponse(produce(), heartbeat=heartbeat)
+
+
+@app.get("/counter")
+async def counter(request: Request) -> EventSourceResponse:
+    """Events numbered 1, 2, 3... every ``interval`` s, from after ``Last-Event-ID``: any process resumes a stream."""
+    interval = float(request.query.get("interval", "0.02"))
+    after = int(request.last_event_id or "0")
+
+    async def produce():
+        number = after
+        while True:
+            number += 1
+            yield ServerSentEvent(data=str(os.getpid()), id=str(number))
+            await asyncio.sleep(interval)
+
+    return EventSourceResponse(produce(), heartbeat=1.0)
+
+
+@app.websocket("/ws")
+async def ws_echo(ws: WebSocket) -> None:
+    """Says which process answered, then echoes each message."""
+    await ws.accept()
+    await ws.send_text(str(os.getpid()))
+    async for message in ws:
+        await ws.send(message)
+
+
+@app.websocket("/ws/pinged", limits=WebSocketLimits(ping_interval=0.5, ping_timeout=1.5))
+async def pinged(ws: WebSocket) -> None:
+    """Pings often, and closes 1011 when a pong is late: quiet, it lives on its pongs alone."""
+    await ws.accept()
+    async for message in ws:
+        await ws.send(message)
 
 
 @app.post("/release")

@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -343,3 +344,77 @@ def test_events_pass_through_nginx_one_at_a_time(nginx, aiorest_process):  # noq
         assert first is not None and first.id == "21"
     finally:
         stream.close()
+
+
+async def test_a_websocket_goes_through_nginx_and_plain_requests_still_reuse_connections(
+    nginx,  # noqa: F811
+    aiorest_process,  # noqa: F811
+):
+    upstream = aiorest_process()
+    nginx.start([upstream.upstream])
+    async with aiohttp.ClientSession(nginx.url) as client:
+        async with client.ws_connect("/ws") as ws:
+            assert int(await ws.receive_str(timeout=5)) == upstream.pid
+            await ws.send_str("héllo")
+            assert await ws.receive_str(timeout=5) == "héllo"
+            await ws.send_bytes(b"\x00\xff" * 40_000)
+            assert await ws.receive_bytes(timeout=5) == b"\x00\xff" * 40_000
+        assert ws.close_code == 1000
+
+        # Quiet for several of its ping intervals: aiorest's pings come through nginx and the
+        # client's pongs go back (a lost pong would close it 1011 after ping_timeout, 1.5 s).
+        async with client.ws_connect("/ws/pinged", autoping=False) as ws:
+            pings = 0
+            while pings < 5:
+                message = await ws.receive(timeout=5)
+                assert message.type == aiohttp.WSMsgType.PING, message
+                await ws.pong(message.data)
+                pings += 1
+            await ws.send_str("still here")
+            assert await ws.receive_str(timeout=5) == "still here"
+
+        # A plain request through the same configuration carries no Connection header to aiorest...
+        async with client.get("/") as response:
+            seen = {name.lower(): value for name, value in (await response.json())["headers"]}
+        assert "connection" not in seen and "upgrade" not in seen
+    # ...and (test_upstream_connections_are_kept_alive_and_reused) its connection stays open.
+    peers = {tuple(json.loads(request(nginx.url + "/")[2])["client"]) for _ in range(50)}
+    assert 1 <= len(peers) <= 2 * len(nginx.worker_pids()), peers
+
+
+def test_an_event_stream_misses_no_event_across_a_rolling_restart_behind_nginx(nginx, aiorest_process):  # noqa: F811
+    hosts = [aiorest_process(APP, "--workers", "1", "--graceful-timeout", "30") for _ in range(2)]
+    nginx.start([host.upstream for host in hosts])
+    old_workers = {pid for host in hosts for pid in host.worker_pids()}
+    received: list[int] = []
+    served_by: list[int] = []  # the process of each stream, in order
+    done = threading.Event()
+
+    def follow() -> None:
+        """Read events as a browser does: when a stream ends, reconnect naming the last event received."""
+        while not done.is_set():
+            stream = open_event_stream(nginx.url + "/counter", {"Last-Event-ID": str(received[-1])} if received else {})
+            try:
+                assert stream.response.status == 200
+                # A stream ends cleanly (its last chunk): a cut one would raise IncompleteRead here.
+                while not done.is_set() and (event := stream.next_event()) is not None:
+                    received.append(int(event.id))
+                    if not served_by or served_by[-1] != int(event.data):
+                        served_by.append(int(event.data))
+            finally:
+                stream.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        reader = pool.submit(follow)
+        # A rolling restart: each host in turn replaces its worker (SIGHUP), the next once it is done.
+        for host in hosts:
+            time.sleep(0.5)
+            host.send_signal(signal.SIGHUP)
+            host.wait_for_log("reload done", timeout=15)
+        time.sleep(0.5)
+        done.set()
+        reader.result(timeout=15)
+    assert received == list(range(1, len(received) + 1))  # every event once, in order
+    assert len(received) > 50 and len(served_by) >= 2, (len(received), served_by)
+    # The streams came from old and new workers: at least one was ended by a reload and resumed elsewhere.
+    assert served_by[0] in old_workers and served_by[-1] not in old_workers, (served_by, old_workers)

@@ -808,6 +808,97 @@ async def exercise_websockets(module: ModuleType, client: Any) -> None:
     await bob.close()
 
 
+async def exercise_live_broadcast(module: ModuleType, client: Any) -> None:
+    first, second = await client.ws_connect("/live/ws"), await client.ws_connect("/live/ws")
+    async with client.sse("/live/events") as events:
+        for _ in range(500):  # the three handlers subscribe once their connections are up
+            if len(module.subscribers) == 3:
+                break
+            await asyncio.sleep(0.01)
+        async with client.post("/announce", json={"text": "deploy at 5"}) as response:
+            assert await response.json() == {"sent_to": 3}
+        assert await first.receive_str(timeout=5) == "deploy at 5"
+        assert await second.receive_str(timeout=5) == "deploy at 5"
+        event = await anext(events)
+        assert (event.event, event.data) == ("announcement", "deploy at 5")
+    await second.close()
+    for _ in range(500):  # the stream that left and the WebSocket that closed unsubscribe
+        if len(module.subscribers) == 1:
+            break
+        await asyncio.sleep(0.01)
+    assert len(module.subscribers) == 1  # a WebSocket that only sends still sees its client leave
+    # A subscriber whose queue is full is dropped at the next message, and told so: a WebSocket is closed 1008.
+    slow = next(iter(module.subscribers))
+    for number in range(slow.queue.maxsize):
+        slow.queue.put_nowait(f"backlog {number}")
+    module.broadcast("one too many")
+    assert slow not in module.subscribers
+    for _ in range(500):
+        if not module.subscribers:
+            break
+        await asyncio.sleep(0.01)
+    assert not module.subscribers
+    messages = []
+    while (message := await first.receive(timeout=5)).type is aiohttp.WSMsgType.TEXT:
+        messages.append(message.data)
+    assert message.type is aiohttp.WSMsgType.CLOSE and message.data == 1008
+    assert messages[0] == "backlog 1" and len(messages) == slow.queue.maxsize - 1
+    await first.close()
+
+
+async def exercise_live_rooms(module: ModuleType, client: Any) -> None:
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:  # no credentials: refused before the upgrade
+        await client.ws_connect("/rooms/lobby")
+    assert refused.value.status == 401
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:  # a page of another site, with the cookie
+        await client.ws_connect("/rooms/lobby", headers={"Cookie": "session=t-ada"}, origin="https://evil.example")
+    assert refused.value.status == 403
+    ada = await client.ws_connect("/rooms/lobby", headers={"Cookie": "session=t-ada"}, origin="https://chat.example")
+    bob = await client.ws_connect("/rooms/lobby", headers={"Authorization": "Bearer t-bob"})
+    eve = await client.ws_connect("/rooms/kitchen", headers={"Authorization": "Bearer t-bob"})
+    for _ in range(500):
+        if len(module.rooms.get("lobby", ())) == 2:
+            break
+        await asyncio.sleep(0.01)
+    await bob.send_str("hi")
+    assert await ada.receive_json(timeout=5) == {"user": "bob", "text": "hi"}
+    assert await bob.receive_json(timeout=5) == {"user": "bob", "text": "hi"}
+    await eve.send_str("elsewhere")
+    assert await eve.receive_json(timeout=5) == {"user": "bob", "text": "elsewhere"}
+    await ada.send_str("hello")
+    assert await bob.receive_json(timeout=5) == {"user": "ada", "text": "hello"}  # not eve's room's
+    for ws in (ada, bob, eve):
+        await ws.close()
+    for _ in range(500):
+        if not module.rooms:
+            break
+        await asyncio.sleep(0.01)
+    assert module.rooms == {}
+
+
+async def exercise_live_reconnect(module: ModuleType, client: Any) -> None:
+    async with client.sse("/scores/live") as events:
+        for score in ("1-0", "2-0"):
+            async with client.post("/scores", json={"score": score}) as response:
+                assert response.status == 200
+        first, second = await anext(events), await anext(events)
+        assert [(first.id, first.data), (second.id, second.data)] == [("1", "1-0"), ("2", "2-0")]
+        assert events.retry == 1000
+    async with client.post("/scores", json={"score": "2-1"}) as response:  # while the client was away
+        assert response.status == 200
+    async with client.sse("/scores/live", last_event_id="2") as events:
+        event = await anext(events)
+        assert (event.id, event.data) == ("3", "2-1")  # missed nothing
+    for number in range(120):  # more than the log holds
+        module.recent.append((4 + number, "x"))
+    async with client.sse("/scores/live", last_event_id="3") as events:
+        assert (await anext(events)).event == "resync"  # too old: reload, then from now on
+        async with client.post("/scores", json={"score": "3-1"}) as response:
+            new = await response.json()
+        event = await anext(events)
+        assert (event.id, event.data) == (str(new["id"]), "3-1")
+
+
 EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "background": exercise_background,
     "background_arq": exercise_background_arq,
@@ -842,6 +933,9 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "auth_sessions": exercise_auth_sessions,
     "sessions": exercise_sessions,
     "websockets": exercise_websockets,
+    "live_broadcast": exercise_live_broadcast,
+    "live_rooms": exercise_live_rooms,
+    "live_reconnect": exercise_live_reconnect,
 }
 
 
