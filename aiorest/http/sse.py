@@ -128,14 +128,25 @@ class EventSourceResponse(StreamResponse):
         """The body's pieces: each event, and a heartbeat when it is due, until the iterator ends or one
         of ``ending`` is done (the client went away, the server stops). The server calls it."""
         pump = _Pump(aiter(self.content))
+        # One future of this stream's own, done when any of ``ending`` is, registered on them once: waiting on
+        # ``ending`` itself for each event would add and remove a callback on the server's ``stopping``, which
+        # every stream shares, a scan of all the others' callbacks each time (N streams: N² per broadcast).
+        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ending = tuple(ending)
+
+        def end(_: asyncio.Future[Any]) -> None:
+            if not ended.done():
+                ended.set_result(None)
+
+        for future in ending:
+            future.add_done_callback(end)
         try:
             if self.retry is not None:
                 yield b"retry: %d\n\n" % self.retry
             while True:
                 following = pump.ask()
                 done, _ = await asyncio.wait(
-                    (following, *ending), timeout=self.heartbeat, return_when=asyncio.FIRST_COMPLETED
+                    (following, ended), timeout=self.heartbeat, return_when=asyncio.FIRST_COMPLETED
                 )
                 if following in done:
                     item = following.result()  # the iterator's error, if it raised
@@ -147,6 +158,8 @@ class EventSourceResponse(StreamResponse):
                 else:
                     yield HEARTBEAT
         finally:
+            for future in ending:
+                future.remove_done_callback(end)
             await pump.close()
 
 

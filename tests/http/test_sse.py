@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -267,3 +268,30 @@ async def test_the_reader_takes_a_response_of_aiohttps_own_test_client() -> None
     async with AiohttpTestClient(AiorestTestServer(sse_app(record))) as client:
         async with client.get("/events", headers={"Last-Event-ID": "9"}) as response:
             assert [event.data async for event in EventStream(response)][:2] == ["first", '{"n":11}']
+
+
+class _CountingFuture(asyncio.Future[None]):
+    """A future that counts the callbacks added to it: the server's ``stopping``, shared by every stream."""
+
+    added = 0
+
+    def add_done_callback(self, fn: Any, *, context: contextvars.Context | None = None) -> None:
+        type(self).added += 1
+        super().add_done_callback(fn, context=context)
+
+
+async def test_a_stream_registers_on_the_shared_ending_futures_once_not_per_event() -> None:
+    # Every stream of a worker waits on the one ``stopping`` future. Registering on it for each event, and
+    # removing that callback (a scan of all the other streams' callbacks), made a broadcast to N streams cost
+    # N² steps: 10,000 streams stalled the loop for seconds (python -m load live). Once per stream it is.
+    async def events() -> AsyncIterator[str]:
+        for n in range(50):
+            yield str(n)
+
+    stopping = _CountingFuture()
+    disconnected: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    response = EventSourceResponse(events(), heartbeat=None)
+    frames = [frame async for frame in response.frames(CODEC, (disconnected, stopping))]
+    assert frames == [b"data: %d\n\n" % n for n in range(50)]
+    assert _CountingFuture.added == 1
+    assert not stopping.done() and not disconnected.done()
