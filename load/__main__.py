@@ -19,6 +19,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("production", "admission"): ("load.production.admission", "admission control under a 10x overload"),
     ("production", "pooler"): ("load.production.pooler", "/db through PgBouncer against a direct connection"),
     ("production", "restarts"): ("load.production.restarts", "SIGHUPs under steady load on an app of your own"),
+    ("live",): ("load.live.run", "10,000 WebSockets and 10,000 event streams on one process, broadcast to"),
     ("cluster",): ("load.cluster.run", "a cluster of hosts out of network namespaces, loaded and faulted (root)"),
     ("steady",): ("harness.steady", "a steady, paced load that counts every failed request"),
 }

@@ -1,0 +1,1 @@
+"""``python -m load live``: 10,000 WebSockets and 10,000 event streams held open on one process (run.py)."""
