@@ -25,6 +25,7 @@ from aiorest.security import LimitStore, PostgresLimitStore, RedisLimitStore, id
 
 from . import attachments, users
 from .attachments import router as attachments_router
+from .live import router as live_router
 from .notes import router as notes_router
 from .techempower import router as techempower_router
 
@@ -82,6 +83,7 @@ def create_app(database: Database | None = None) -> App:
     keyed.include(notes_router)
     keyed.include(attachments_router)  # without the notes' compression: files are served as they are
     accounts.include(keyed)
+    accounts.include(live_router)  # GET only: nothing to key
     app.include(accounts)
     app.include(techempower_router)
     app.add_openapi_routes()  # /openapi.json, /docs (Swagger UI), /redoc
