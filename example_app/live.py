@@ -69,10 +69,10 @@ class Resume(Struct, forbid_unknown_fields=True):
 _EVENTS = (
     "SELECT kind AS type, id, note_id, version, at FROM note_events WHERE user_id = %s AND id > %s ORDER BY id LIMIT %s"
 )
-# The id to go on from: with "since", the newest event if since is before the oldest kept (the events
-# between were pruned: resync), else since; without, the user's newest event.
+# The id to go on from: with "since", the newest event if since is not one of ours (-1) or is before the
+# oldest kept (the events between were pruned: resync), else since; without, the user's newest event.
 _START = """SELECT coalesce((SELECT max(id) FROM note_events WHERE user_id = %(user)s), 0) AS newest,
-    coalesce(%(since)s < (SELECT min(id) FROM note_events) - 1, false) AS pruned"""
+    coalesce(%(since)s < 0 OR %(since)s < (SELECT min(id) FROM note_events) - 1, false) AS pruned"""
 
 
 async def feed(db: Database, user_id: int, since: int | None) -> AsyncGenerator[NoteEvent | Marker, None]:

@@ -172,3 +172,25 @@ async def test_openapi_describes_the_stream(users):
     events = document["paths"]["/notes/events"]["get"]
     assert "text/event-stream" in events["responses"]["200"]["content"]
     assert "401" in events["responses"]
+
+
+async def test_resuming_from_before_the_events_kept_gets_resync_then_live_events(users):
+    first, second = await users.write("ada"), await users.write("ada")
+    ids = await users.db.fetchall(
+        "SELECT id FROM note_events WHERE note_id IN (%s, %s) ORDER BY id", (first["id"], second["id"])
+    )
+    await users.db.execute("DELETE FROM note_events WHERE id <= %s", (ids[0]["id"],))  # as pruning does
+    since = str(ids[0]["id"] - 1)
+    async with users.client.sse("/notes/events", last_event_id=since, headers=users.tokens["ada"]) as events:
+        kind, resync = await next_event(events)
+        assert kind == "resync" and resync["id"] >= ids[1]["id"]  # from the newest on: reload the notes
+        live = await users.write("ada")
+        assert (await next_event(events))[1]["note_id"] == live["id"]
+
+
+async def test_every_thousandth_event_prunes_those_100000_older(users):
+    newest = await users.db.fetchval("SELECT coalesce(max(id), 0) FROM note_events")
+    bound = (newest // 1000 + 101) * 1000  # the next event's id, a thousandth: it prunes ids up to bound - 100000
+    await users.db.fetchval("SELECT setval('note_events_id_seq', %s)", (bound - 1,))
+    await users.write("ada")
+    assert await users.db.fetchval("SELECT min(id) FROM note_events") == bound  # newest <= bound - 100000
