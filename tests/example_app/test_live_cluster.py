@@ -70,7 +70,9 @@ async def test_a_write_through_any_host_reaches_the_owners_streams_on_every_host
             await through_two_hosts(client, hosts, nginx.url)
         finally:
             for response in client.streams:  # type: ignore[attr-defined]
-                response.close()
+                closing = response.close()  # a WebSocket's is a coroutine
+                if asyncio.iscoroutine(closing):
+                    await closing
 
 
 async def through_two_hosts(client: aiohttp.ClientSession, hosts: list, nginx_url: str) -> None:
@@ -78,6 +80,9 @@ async def through_two_hosts(client: aiohttp.ClientSession, hosts: list, nginx_ur
     ada, bob = await bearer(client, nginx_url), await bearer(client, nginx_url)
     streams = [await opened(client, host.url, ada) for host in hosts]
     _, bobs = await opened(client, hosts[1].url, bob)
+    ws = await client.ws_connect(f"{hosts[1].url}/notes/live", headers=ada)
+    client.streams.append(ws)  # type: ignore[attr-defined]
+    assert (await ws.receive_json(timeout=WAIT))["type"] == "ready"
 
     note = await write(client, "POST", f"{hosts[0].url}/notes", ada, title="through host 0")
     await write(client, "PATCH", f"{hosts[1].url}/notes/{note['id']}", ada, done=True)
@@ -90,6 +95,8 @@ async def through_two_hosts(client: aiohttp.ClientSession, hosts: list, nginx_ur
             ("updated", note["id"], 2),
             ("deleted", note["id"], 2),
         ]
+    messages = [await ws.receive_json(timeout=WAIT) for _ in range(3)]
+    assert [(m["type"], m["note_id"]) for m in messages] == [(kind, note["id"]) for kind, _ in got]
     kind, data = await next_event(bobs)  # ada's three came not before it
     assert (kind, data["note_id"]) == ("created", theirs["id"])
 
