@@ -25,6 +25,7 @@ from aiorest.security import LimitStore, PostgresLimitStore, RedisLimitStore, id
 
 from . import attachments, users
 from .attachments import router as attachments_router
+from .live import router as live_router
 from .notes import router as notes_router
 from .techempower import router as techempower_router
 
@@ -82,6 +83,7 @@ def create_app(database: Database | None = None) -> App:
     keyed.include(notes_router)
     keyed.include(attachments_router)  # without the notes' compression: files are served as they are
     accounts.include(keyed)
+    accounts.include(live_router)  # GET only: nothing to key
     app.include(accounts)
     app.include(techempower_router)
     app.add_openapi_routes()  # /openapi.json, /docs (Swagger UI), /redoc
@@ -170,6 +172,8 @@ def database_from_env() -> Database:
     (``session`` in session mode); ``DATABASE_PREPARE=0`` turns prepared
     statements off alone. ``DATABASE_DRIVER=aiopg`` runs the pool on aiopg's
     connections (default ``psycopg2``, aiorest's own: docs/database.rst, choosing a driver).
+    ``DATABASE_LISTEN_URL``: where the live feed's LISTEN connects (default ``DATABASE_URL``;
+    behind PgBouncer in transaction mode, PostgreSQL's own address: a LISTEN needs a session).
     """
     env = os.environ
     per_worker = env.get("DATABASE_POOL_MAX")
@@ -182,6 +186,7 @@ def database_from_env() -> Database:
         prepare=None if prepare is None else prepare not in ("0", "false", "no", "off"),
         pooler=env.get("DATABASE_POOLER") or None,  # type: ignore[arg-type]  # Database checks the value
         driver=env.get("DATABASE_DRIVER") or "psycopg2",  # type: ignore[arg-type]  # Database checks the value
+        listen_dsn=env.get("DATABASE_LISTEN_URL") or None,
     )
 
 

@@ -20,6 +20,9 @@ second one answers 404, the note being gone either way.
 Each note belongs to the user who created it (example_app/users.py): every
 route needs a login (a session or a bearer token), and a note of another user
 is answered 404, as a missing one, so that ids tell nothing of others' notes.
+
+Every write is also an event of its owner's live feed (example_app/live.py): a trigger
+(migrations/0005_note_events.sql) writes it and sends NOTIFY in the write's own transaction.
 """
 
 from __future__ import annotations

@@ -86,6 +86,8 @@ class Psycopg2Connection:
         self._timer: asyncio.TimerHandle | None = None
         self._ticks = 0  # _POLL_EVERY periods the statement in flight has run
         self._prepared: dict[str | tuple[str, str], str] = {}  # text, or (text, its integer types)
+        # Names given, each once: a PREPARE cancelled with its task may have run on the server all the same.
+        self._names = 0
         self._timed_out = False
         self._cancelling: asyncio.Future[None] | None = None  # a cancel request sent at the timeout
         self.broken = False
@@ -118,10 +120,11 @@ class Psycopg2Connection:
             if types is not None:
                 key = sql if params is None else (sql, types)
                 name = self._prepared.get(key)
-                if name is None and len(self._prepared) < _PREPARED_MAX:
+                if name is None and self._names < _PREPARED_MAX:
                     dollar = to_dollar(sql, params)
                     if dollar is not None:
-                        name = f"aiorest_{len(self._prepared)}"
+                        name = f"aiorest_{self._names}"
+                        self._names += 1
                         await self._run(f"PREPARE {name}{f' ({types})' if types else ''} AS {dollar}", None)
                         self._prepared[key] = name
                 if name is not None:

@@ -264,7 +264,9 @@ class _RouteDecorators:
 
         def decorator(handler: WebSocketHandler) -> WebSocketHandler:
             endpoint = WebSocketEndpoint(handler, limits, origins)
-            self.add_route("GET", path, endpoint, name=name, middleware=middleware)
+            # the handler's decorators' middleware (login_required): the endpoint, not the handler, is the route's
+            given = (*middleware, *getattr(handler, HANDLER_MIDDLEWARE, ()))
+            self.add_route("GET", path, endpoint, name=name, middleware=given)
             return handler
 
         return decorator

@@ -25,6 +25,7 @@ from ..http.uploads import UploadFile
 from ..routing.convertors import Convertor, python_type
 from ..routing.metadata import SECURED, is_secured, raised, raises
 from ..routing.table import RouteTable
+from ..routing.websocket import WebSocketEndpoint
 from .annotations import gathered_class, hinted, is_upload, require_msgspec, strip_annotated, union_args
 from .declare import VALIDATION_MESSAGE, HandlerSignature, Parameter
 from .docpages import DocsEndpoint
@@ -98,15 +99,16 @@ def build_openapi(
     security_schemes: dict[str, Any] = {}
     for route, operation in operations:
         built = operation.build(schemas)
-        for error_class in raised(route.handler):
-            status = int(error_class.status)
+        # a WebSocket route answers a plain GET 426, a page of another origin 403 (docs/websockets.rst)
+        implied = (403, 426) if operation.websocket else ()
+        for status in (*(int(error_class.status) for error_class in raised(operation.handler)), *implied):
             answer: dict[str, Any] = {"description": HTTPStatus(status).phrase}
             if status in _ERRORS:
                 answer = {"$ref": f"#/components/responses/{_ERRORS[status]}"}
             elif status >= 400:  # a 304 (HTTPNotModified) has no body
                 answer["content"] = {_JSON: {"schema": schemas[error_ref]}}
             built["responses"].setdefault(str(status), answer)
-        if is_secured(route.handler):
+        if is_secured(operation.handler):
             schemes = _security_schemes((*middleware, *route.middleware))
             if schemes:
                 built["security"] = [{name: []} for name in schemes]  # any one of them
@@ -197,12 +199,22 @@ def _plain_file(schema: dict[str, Any]) -> dict[str, Any]:
     return {**other, **kept}
 
 
+# An event stream's schema: each event, as an EventSource parses it (before OpenAPI 3.2's ``itemSchema``,
+# ``schema`` of text/event-stream describes one event: schemathesis and OpenAPI 3.2's own guidance read it so).
+def _event_schema() -> dict[str, Any]:
+    fields = {"data": "string", "event": "string", "id": "string", "retry": "integer"}
+    return {"type": "object", "properties": {name: {"type": kind} for name, kind in fields.items()}}
+
+
 class _Operation:
     """One route's operation, its schemas to be filled in once every type is known."""
 
     def __init__(self, route: Route, template: PathTemplate, types: _Types) -> None:
         self.route = route
         self.template = template
+        # what the route's documentation is read from: a WebSocket route's own handler, not its endpoint
+        self.websocket = isinstance(route.handler, WebSocketEndpoint)
+        self.handler: Any = route.handler.handler if isinstance(route.handler, WebSocketEndpoint) else route.handler
         signature: HandlerSignature | None = route.signature
         declared = {p.key: p for p in signature.parameters if p.source == "path"} if signature else {}
         # (parameter object without its schema, index of its type, default)
@@ -226,15 +238,15 @@ class _Operation:
         # The success answer's body: an index into the schemas, _ANY (JSON, nothing known) or None (no body
         # known to be JSON: a Response, whose media type is the handler's, or None, which is no content).
         returns = signature.returns if signature else None
-        self.returns: int | None = types.add(returns) if returns is not None else _returns(route.handler, types)
+        self.returns: int | None = types.add(returns) if returns is not None else _returns(self.handler, types)
         self.validates = bool(signature and signature.parameters)
-        self.operation_id = route.name or getattr(route.handler, "__name__", None) or type(route.handler).__name__
+        self.operation_id = route.name or getattr(self.handler, "__name__", None) or type(self.handler).__name__
         self.tag = route.name.rpartition(".")[0] or None if route.name else None
 
     def build(self, schemas: tuple[dict[str, Any], ...]) -> dict[str, Any]:
         route = self.route
         operation: dict[str, Any] = {}
-        summary, description = docstring(route.handler)
+        summary, description = docstring(self.handler)
         if summary:
             operation["summary"] = summary
         if description:
@@ -248,10 +260,12 @@ class _Operation:
             operation["requestBody"] = {"required": param.required, "content": {_JSON: {"schema": schemas[index]}}}
         if self.form:
             operation["requestBody"] = _form_body(self.form, schemas)
-        status = route.status or 200
+        status = 101 if self.websocket else route.status or 200
         success: dict[str, Any] = {"description": HTTPStatus(status).phrase}
-        if self.returns == _EVENTS:
-            success["content"] = {"text/event-stream": {"schema": {"type": "string"}}}
+        if self.websocket:
+            success["description"] += ": the connection is a WebSocket (RFC 6455)"
+        elif self.returns == _EVENTS:
+            success["content"] = {"text/event-stream": {"schema": _event_schema()}}
         elif status not in _NO_CONTENT and self.returns is not None:
             schema = schemas[self.returns] if self.returns != _ANY else {}
             success["content"] = {_JSON: {"schema": schema}}

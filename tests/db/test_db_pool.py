@@ -271,3 +271,21 @@ async def test_unprepared_statements_inline_integer_parameters_as_psycopg2_would
         assert await db.fetchval("SELECT count(*) FROM pg_prepared_statements") == 0
     finally:
         await db.close()
+
+
+async def test_a_task_cancelled_while_its_statement_is_prepared_leaves_the_next_statement_a_fresh_name(database_url):
+    """A PREPARE cancelled with its task may have run on the server: its name must not be given again (before, the
+    next statement prepared on the connection failed with DuplicatePreparedStatement)."""
+    db = Database(database_url, min_size=1, max_size=1, acquire_timeout=5)
+    await db.open()
+    try:
+        for n in range(40):
+            task = asyncio.create_task(db.fetchval(f"SELECT %s::int + {n}", (n,)))
+            await asyncio.sleep(n * 0.0002)  # cancelled at different steps of sending and running the PREPARE
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            async with asyncio.timeout(5):
+                assert await db.fetchval(f"SELECT %s::int - {n}", (n,)) == 0
+                assert await db.fetchval(f"SELECT %s::int + {n}", (n,)) == 2 * n
+    finally:
+        await db.close()

@@ -272,7 +272,7 @@ async def test_the_app_adopts_techempower_s_own_database(aiorest_client, tfb_dat
         assert await db.fetchrows("SELECT id, message FROM fortune ORDER BY id") == list(enumerate(TFB_FORTUNES, 1))
         assert await db.fetchval('SELECT count(*) FROM "World"') == 10000
         assert await db.fetchval('SELECT count(*) FROM "Fortune"') == 12
-        assert [state for _, state in await migration_status(db, MIGRATIONS)] == ["applied"] * 4
+        assert [state for _, state in await migration_status(db, MIGRATIONS)] == ["applied"] * 5
         recorded = await db.fetchrows(  # the app's: aiorest's own (sessions) are under negative versions
             "SELECT version, checksum FROM aiorest_migrations WHERE version > 0 ORDER BY version"
         )
@@ -317,7 +317,7 @@ async def test_migrations_fill_in_only_what_is_missing(database_url, before, kep
             await conn.execute_script(before)
         # Workers starting at once; every run ends before the test looks.
         results = await asyncio.gather(*(migrate(db, MIGRATIONS) for _ in range(3)), return_exceptions=True)
-        assert sorted(m.version for applied in results for m in applied) == [1, 2, 3, 4], results  # each once
+        assert sorted(m.version for applied in results for m in applied) == [1, 2, 3, 4, 5], results  # each once
         assert await db.fetchrows("SELECT count(*), min(id), max(id) FROM world") == [(10000, 1, 10000)]
         assert await db.fetchval("SELECT count(*) FROM world WHERE id <= %s AND randomnumber <> 7", (kept_worlds,)) == 0
         assert await db.fetchval("SELECT count(*) FROM world WHERE randomnumber NOT BETWEEN 1 AND 10000") == 0
@@ -344,8 +344,8 @@ async def test_a_database_migrated_by_the_first_0002_still_migrates(database_url
     try:
         await migrate(db, tmp_path)  # a deployment of the example app before 0002 was rewritten
         numbers = await db.fetchrows("SELECT id, randomnumber FROM world ORDER BY id")
-        assert [m.version for m in await migrate(db, MIGRATIONS)] == [3, 4]  # 0002 is not run again
-        assert [state for _, state in await migration_status(db, MIGRATIONS)] == ["applied"] * 4
+        assert [m.version for m in await migrate(db, MIGRATIONS)] == [3, 4, 5]  # 0002 is not run again
+        assert [state for _, state in await migration_status(db, MIGRATIONS)] == ["applied"] * 5
         assert await db.fetchval("SELECT checksum FROM aiorest_migrations WHERE version = 2") == (
             hashlib.sha256(first.encode()).hexdigest()
         )

@@ -497,6 +497,30 @@ def test_on_uvloop(test):
         runner.run(test())
 
 
+async def test_a_decorators_middleware_runs_before_accept():
+    """``@login_required`` (a decorator that puts middleware on the handler) guards a WebSocket route as
+    it guards an HTTP one: before, the WebSocket endpoint hid the handler's middleware, and the route ran open."""
+    from aiorest.security import Auth, BearerTokenIdentity, login_required
+
+    async def lookup(token: str) -> str | None:
+        return "ada" if token == "ada-token" else None
+
+    app = App(middleware=[Auth(BearerTokenIdentity(lookup))])
+
+    @app.websocket("/me")
+    @login_required
+    async def me(ws: WebSocket) -> None:
+        await ws.accept()
+        await ws.send_text("in")
+
+    async with TestClient(app) as client:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await client.ws_connect("/me")
+        assert refused.value.status == 401
+        async with client.ws_connect("/me", headers={"Authorization": "Bearer ada-token"}) as ws:
+            assert (await ws.receive(timeout=5)).data == "in"
+
+
 async def test_the_session_is_read_before_accept():
     app = App(middleware=[SessionMiddleware(CookieSessionStore(secrets=["a-secret-of-32-bytes-or-more-here"]))])
 
