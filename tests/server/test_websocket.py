@@ -291,6 +291,21 @@ async def test_a_protocol_error_closes_1002():
         raw.close()
 
 
+async def test_a_close_between_fragments_drops_the_message_and_is_answered_with_the_clients_code():
+    """Autobahn's case 7.1.5: a control frame may come between fragments (RFC 6455, 5.4), a close too; the
+    websockets library alone answered it 1002 (incomplete fragmented message)."""
+    app, seen = make_app()
+    async with TestClient(app) as client:
+        raw, _ = await RawWebSocket.open(client.port)
+        raw.send(Opcode.TEXT, b"fragment1", fin=False)
+        raw.send(Opcode.CLOSE, Close(1000, "bye").serialize())
+        raw.send(Opcode.CONT, b"fragment2", fin=True)  # after the close: ignored
+        first = await raw.frame()
+        assert first.opcode is Opcode.CLOSE and Close.parse(first.data).code == 1000  # no echo before it
+        raw.close()
+    assert seen["close"] == 1000
+
+
 async def test_a_deflate_bomb_closes_1009():
     app, _ = make_app()  # max_message: 1 MiB
     async with TestClient(app) as client:

@@ -37,7 +37,11 @@ class CheckedProtocol(ServerProtocol):
     """ServerProtocol that checks a text message's UTF-8 as each frame is parsed (RFC 6455, 8.1: close 1007).
 
     Checked here, in the library's parser, and not once its frames are events: a close frame read in the
-    same ``receive_data`` would otherwise be answered (1000) before the bad text was seen."""
+    same ``receive_data`` would otherwise be answered (1000) before the bad text was seen.
+
+    A close frame in the middle of a fragmented message (a control frame may come between fragments, RFC
+    6455, 5.4) drops the unfinished message and is answered with the client's code, as Autobahn's case 7.1.5
+    expects: the library alone fails it with 1002 ("incomplete fragmented message")."""
 
     _text: codecs.IncrementalDecoder | None = None
 
@@ -49,6 +53,8 @@ class CheckedProtocol(ServerProtocol):
                 self._text = _utf8() if opcode is Opcode.TEXT else None
             if self._text is not None:
                 self._text.decode(frame.data, frame.fin)  # UnicodeDecodeError: the parser fails it, 1007
+        elif opcode is Opcode.CLOSE and self.current_size is not None:
+            self.current_size = None  # the unfinished message is dropped
         super().recv_frame(frame)
 
 
