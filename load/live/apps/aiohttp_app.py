@@ -11,7 +11,7 @@ import asyncio
 import uvloop
 from aiohttp import WSMsgType, web
 
-from load.live.apps.heartbeat import QUEUE, Heartbeat, offer, payload
+from load.live.apps.heartbeat import QUEUE, Heartbeat, offer_all, payload
 
 heartbeat = Heartbeat()
 sockets: set[web.WebSocketResponse] = set()
@@ -47,9 +47,7 @@ async def sse(request: web.Request) -> web.StreamResponse:
 async def broadcast(request: web.Request) -> web.Response:
     heartbeat.mark()
     message = payload()
-    for queue in list(streams):
-        if not offer(queue, message):
-            streams.discard(queue)
+    offer_all(streams, message)
     for socket in list(sockets):
         await socket.send_str(message)
     return web.json_response({"ws": len(sockets), "sse": len(streams)})

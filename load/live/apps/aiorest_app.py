@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from aiorest import App, EventSourceResponse, Request, ServerSentEvent, WebSocket, WebSocketLimits
-from load.live.apps.heartbeat import QUEUE, Heartbeat, offer, payload
+from load.live.apps.heartbeat import QUEUE, Heartbeat, offer_all, payload
 
 app = App()
 heartbeat = Heartbeat()
@@ -56,9 +56,7 @@ async def sse(request: Request) -> EventSourceResponse:
 async def broadcast(request: Request) -> dict[str, int]:
     heartbeat.mark()
     message = payload()
-    for queue in list(streams):
-        if not offer(queue, message):
-            streams.discard(queue)
+    offer_all(streams, message)
     for socket in list(sockets):
         await socket.send_text(message)
     return {"ws": len(sockets), "sse": len(streams)}

@@ -71,10 +71,10 @@ class Heartbeat:
         return {**clients, "rss": rss(), "lag_ms": {**percentiles(lags), "values": [round(lag, 3) for lag in lags]}}
 
 
-def offer(queue: asyncio.Queue[str], message: str) -> bool:
-    """Queue ``message`` for one event stream without waiting; False when it is full (the stream is dropped)."""
-    try:
-        queue.put_nowait(message)
-    except asyncio.QueueFull:
-        return False
-    return True
+def offer_all(streams: set[asyncio.Queue[str]], message: str) -> None:
+    """Queue ``message`` for every event stream without waiting; a stream whose queue is full is dropped."""
+    for queue in list(streams):
+        try:
+            queue.put_nowait(message)
+        except asyncio.QueueFull:
+            streams.discard(queue)

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from load.live.apps.heartbeat import QUEUE, Heartbeat, offer, payload
+from load.live.apps.heartbeat import QUEUE, Heartbeat, offer_all, payload
 
 heartbeat = Heartbeat()
 sockets: set[WebSocket] = set()
@@ -53,9 +53,7 @@ async def sse(request: Request) -> StreamingResponse:
 async def broadcast(request: Request) -> JSONResponse:
     heartbeat.mark()
     message = payload()
-    for queue in list(streams):
-        if not offer(queue, message):
-            streams.discard(queue)
+    offer_all(streams, message)
     for socket in list(sockets):
         await socket.send_text(message)
     return JSONResponse({"ws": len(sockets), "sse": len(streams)})
