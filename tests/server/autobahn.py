@@ -30,25 +30,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from aiorest import App, WebSocket, WebSocketLimits
+from aiorest import WebSocketLimits
 from aiorest.server import Server
+from tests.server.ws_frames import echo_app
 
 PACKAGE = "autobahntestsuite==0.8.2"
 BEHAVIORS = ("OK", "NON-STRICT", "INFORMATIONAL", "UNIMPLEMENTED", "FAILED")
 LARGE = WebSocketLimits(max_message=20 * 1024 * 1024)
 WSTEST = "import site, sys; site.addsitedir(sys.argv.pop(1)); from autobahntestsuite.wstest import run; run()"
-
-
-def echo_app(limits: WebSocketLimits) -> App:
-    app = App()
-
-    @app.websocket("/", limits=limits)
-    async def echo(ws: WebSocket) -> None:
-        await ws.accept()
-        async for message in ws:
-            await ws.send(message)
-
-    return app
 
 
 def python27(given: str | None) -> str:
@@ -75,7 +64,7 @@ def ensure_env(python: str, env: Path) -> None:
 
 async def run_wstest(args: argparse.Namespace, python: str, reports: Path) -> int:
     limits = WebSocketLimits() if args.default_limits else LARGE
-    server = Server(echo_app(limits), host="127.0.0.1", port=0)
+    server = Server(echo_app(limits, "/"), host="127.0.0.1", port=0)
     await server.start()
     try:
         spec = {

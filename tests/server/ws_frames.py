@@ -268,10 +268,11 @@ def reference(stream: Stream) -> Answer:
 # -- aiorest, over a socket -------------------------------------------------------------------------------
 
 
-def echo_app() -> App:
+def echo_app(limits: WebSocketLimits = LIMITS, path: str = "/echo") -> App:
+    """An app echoing each message back as it came, at ``path`` (the fuzzers' and Autobahn's server)."""
     app = App()
 
-    @app.websocket("/echo", limits=LIMITS)
+    @app.websocket(path, limits=limits)
     async def echo(ws: WebSocket) -> None:
         await ws.accept()
         async for message in ws:
