@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .body import IncomingBody
 from .datastructures import Headers, header_key, raw_header
@@ -35,6 +35,11 @@ class RequestBody:
     _body: bytes | None = None  # the whole body once read (or replaced)
     _body_taken = False  # read or streamed: the chunks are gone
     _form: FormData | None = None  # the form once read
+
+    if TYPE_CHECKING:
+
+        def header(self, name: str | bytes) -> str | None: ...  # Request's
+
     _gone = False  # the client closed the connection, or its side of it
     _gone_waiter: asyncio.Future[None] | None = None
 
@@ -118,13 +123,9 @@ class RequestBody:
         form = self._form
         if form is None:
             uploads = self.app.uploads
-            form = self._form = await read_form(self._header_text, self.stream(), limits or uploads.limits, uploads)
+            form = self._form = await read_form(self.header, self.stream(), limits or uploads.limits, uploads)
             self._plain = False  # answered the long way, which calls answered(): the files are closed there
         return form
-
-    def _header_text(self, name: str) -> str | None:
-        value = raw_header(self.raw_headers, header_key(name))
-        return None if value is None else value.decode("latin-1")
 
     def answered(self) -> None:
         """The response was sent, or will never be: free what the request held (its form's files).
