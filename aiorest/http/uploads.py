@@ -43,11 +43,14 @@ class Uploads:
         self.directory = os.fspath(directory) if directory is not None else None
         #: bytes the open upload files of this process hold on disk now
         self.on_disk = 0
-        #: files open now
-        self.open_files = 0
         #: bytes the forms of this process hold in memory now: fields, and files not spilled
         self.in_memory = 0
         self._spilled: set[UploadFile] = set()  # the uploads with a temporary file open
+
+    @property
+    def open_files(self) -> int:
+        """Temporary files open now."""
+        return len(self._spilled)
 
     def new_file(self, upload: UploadFile) -> IO[bytes]:
         """An anonymous temporary file for ``upload``, unbuffered: the parser writes whole chunks."""
@@ -55,7 +58,6 @@ class Uploads:
             file = tempfile.TemporaryFile(dir=self.directory, buffering=0)
         except OSError as exc:
             raise _disk_error(exc) from exc
-        self.open_files += 1
         self._spilled.add(upload)
         return file
 
@@ -95,7 +97,6 @@ class Uploads:
     def release(self, upload: UploadFile, size: int) -> None:
         """The file of ``upload``, which held ``size`` bytes, is closed."""
         self.on_disk -= size
-        self.open_files -= 1
         self._spilled.discard(upload)
 
 
