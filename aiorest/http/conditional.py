@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
 from .exceptions import HTTPBadRequest, HTTPError, HTTPPreconditionFailed
+from .files import FileResponse
 from .response import Response, error_response
 from .validators import ETag, check_etag, format_http_date, parse_etags, parse_http_date
 
@@ -150,6 +151,24 @@ def _not_modified_headers(
 
 # Representation metadata a 304 does not repeat (RFC 9110, 15.4.5): it describes a body not sent.
 _BODY_FIELDS = ("Content-Type", "Content-Encoding", "Content-Language", "Content-Length", "Content-Range")
+
+
+def answered_as_sent(request: Request, response: Response) -> Response:
+    """What the server sends for a handler's ``response``: the 304 or 412 of :func:`answer_conditional`
+    for a 2xx to a GET or HEAD with headers of its own, else ``response`` itself.
+
+    A :class:`~aiorest.FileResponse` is left alone: it answers its own validators once it
+    has stat'ed its file. The server (driving.py) and the metrics (which count what is
+    sent) decide alike through this one function.
+    """
+    if (
+        response.headers
+        and 200 <= response.status < 300
+        and request.method in ("GET", "HEAD")
+        and not isinstance(response, FileResponse)
+    ):
+        return answer_conditional(request, response)
+    return response
 
 
 def answer_conditional(request: Request, response: Response) -> Response:

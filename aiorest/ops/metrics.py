@@ -40,19 +40,9 @@ from bisect import bisect_left
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..http.conditional import answer_conditional
-from ..http.files import FileResponse
+from ..http.conditional import answered_as_sent
 from ..http.response import Response, response_status
 from ..routing.route import METHODS, Route
-
-_SAFE = ("GET", "HEAD")  # the methods a 304 answers
-
-
-def _answered_by_server(result: Any) -> bool:
-    """Whether the server may answer ``result`` with a 304 of its own (as driving.py decides: a FileResponse
-    decides once it has stat'ed its file, after this count)."""
-    return isinstance(result, Response) and bool(result.headers) and not isinstance(result, FileResponse)
-
 
 if TYPE_CHECKING:
     from ..app.application import App
@@ -309,11 +299,9 @@ class _Measured:
             except Exception as exc:
                 # answered here, not by the server, to count the status it gets
                 result = await self.handle_exception(request, exc)
+            if isinstance(result, Response):  # count what the server sends: a 304 to a client whose copy is current
+                result = answered_as_sent(request, result)
             status = response_status(result)
-            if 200 <= status < 300 and request.method in _SAFE and _answered_by_server(result):
-                # The server answers 304 (or 412) to a client whose copy is current: count what it sends.
-                result = answer_conditional(request, result)
-                status = result.status
             return result
         except asyncio.CancelledError:
             status = CLIENT_GONE

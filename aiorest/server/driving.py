@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Coroutine, Generator
 from contextvars import copy_context
 from typing import TYPE_CHECKING, Any
 
-from ..http.conditional import answer_conditional
+from ..http.conditional import answered_as_sent
 from ..http.exceptions import HTTPError
 from ..http.files import FileResponse
 from ..http.request import Request
@@ -319,10 +319,7 @@ class HandlerDriver:
         The common answers take the short path in ``_handle`` and never come here.
         """
         try:
-            response = to_response(result)
-            if response.headers and request.method in ("GET", "HEAD") and 200 <= response.status < 300:
-                if not isinstance(response, FileResponse):  # it answers its own validators, once stat'ed
-                    response = answer_conditional(request, response)  # 304 to a client whose copy is current
+            response = answered_as_sent(request, to_response(result))  # a 304 to a client whose copy is current
             if isinstance(response, (StreamResponse, FileResponse)):
                 if not self._side.closed:
                     return self._stream(request, response)
