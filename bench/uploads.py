@@ -25,6 +25,7 @@ bench/out/<time>-uploads/.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import shutil
@@ -104,41 +105,26 @@ def expected(case: Case) -> bytes:
 def check(server: ServerProcess, case: Case, work: Path) -> None:
     """The contender answers the case as the others do, or the comparison means nothing: ServerError if not."""
     if case.body is None:
-        status, body = http(server.port, f"GET {case.path} HTTP/1.1\r\nHost: b\r\n\r\n".encode())
+        status, body = fetch(server.port, "GET", case.path)
         wanted = (work / "files" / case.path.rsplit("/", 1)[1]).read_bytes()
         if status != 200 or body != wanted:
             raise ServerError(f"{server.name} answered {case.path} {status} ({len(body)} bytes)")
         return
-    payload = (work / case.body).read_bytes()
-    head = f"POST {case.path} HTTP/1.1\r\nHost: b\r\nContent-Type: multipart/form-data; boundary={BOUNDARY}\r\n"
-    status, body = http(server.port, f"{head}Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+    content_type = f"multipart/form-data; boundary={BOUNDARY}"
+    status, body = fetch(server.port, "POST", case.path, (work / case.body).read_bytes(), content_type)
     if status != 200 or expected(case) not in body.replace(b" ", b""):
         raise ServerError(f"{server.name} answered {case.key} {status} {body[:200]!r}")
 
 
-def http(port: int, request: bytes) -> tuple[int, bytes]:
-    """One request with Connection: close; the status and the body (read to the end)."""
-    request = request.replace(b"\r\n", b"\r\nConnection: close\r\n", 1)
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.sendall(request)
-        data = b""
-        while chunk := sock.recv(1 << 20):
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    if b"transfer-encoding: chunked" in head.lower():
-        body = unchunk(body)
-    return int(head.split()[1]), body
-
-
-def unchunk(data: bytes) -> bytes:
-    out = b""
-    while data:
-        size_line, _, data = data.partition(b"\r\n")
-        size = int(size_line.split(b";")[0], 16)
-        if not size:
-            break
-        out, data = out + data[:size], data[size + 2 :]
-    return out
+def fetch(port: int, method: str, path: str, body: bytes | None = None, content_type: str = "") -> tuple[int, bytes]:
+    """One request; the status and the whole body (http.client undoes a chunked one)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request(method, path, body, {"Content-Type": content_type} if content_type else {})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
 
 
 def run_part(
