@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.processes import ServerError, ServerProcess, stop_process
-from load.live.apps.heartbeat import percentiles
+from load.live.apps.heartbeat import INTERVAL, percentiles
 from load.live.report import write_outputs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,6 +138,9 @@ def measure(name: str, kind: str, connections: int, rounds: int, duration: float
             client.ask("expect")
             http(f"{server.url}/broadcast", "POST")
             got = client.ask(f"collect {COLLECT_TIMEOUT}")
+            # The heartbeat asleep during the broadcast must wake before it is asked: its lateness then
+            # is the broadcast's lag (a broadcast shorter than its sleep left no sample, at random).
+            time.sleep(3 * INTERVAL)
             stats = http(f"{server.url}/stats")
             latencies += [us / 1000 for us in got["latencies_us"]]
             lags += stats["lag_ms"]["values"]
