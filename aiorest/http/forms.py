@@ -86,8 +86,21 @@ async def read_form(
     )
 
 
+_MEDIA_TYPES: dict[str, tuple[str, dict[str, str]]] = {}  # the Content-Types seen lately, parsed
+_MEDIA_TYPES_KEPT = 64  # a client sends what it likes: at most this many kept, then forgotten at once
+
+
 def _media_type(value: str) -> tuple[str, dict[str, str]]:
-    """A Content-Type's media type, lower-cased, and its parameters."""
+    """A Content-Type's media type, lower-cased, and its parameters (the dict is shared: read it only)."""
+    parsed = _MEDIA_TYPES.get(value)
+    if parsed is None:
+        if len(_MEDIA_TYPES) >= _MEDIA_TYPES_KEPT:
+            _MEDIA_TYPES.clear()
+        parsed = _MEDIA_TYPES[value] = _parse_media_type(value)
+    return parsed
+
+
+def _parse_media_type(value: str) -> tuple[str, dict[str, str]]:
     if multipart is not None:
         media, options = multipart.parse_options_header(value)
         return media.lower(), options
@@ -176,6 +189,7 @@ class _MultipartReader:
         "fields",
         "files",
         "held",
+        "_unheld",
         "_part",
         "_name",
         "_frame",
@@ -187,6 +201,7 @@ class _MultipartReader:
         self.items: list[tuple[str, str | UploadFile]] = []
         self.fields = self.files = 0
         self.held = 0  # bytes in memory: fields, and files not spilled
+        self._unheld = 0  # bytes of fields received in this chunk, held once it is parsed
         self._part: bytearray | UploadFile | None = None  # the part being received
         self._name = ""
         self._frame = _Frame(boundary, limits)
@@ -197,13 +212,16 @@ class _MultipartReader:
             return  # the epilogue: the parser would drop it
         ended = False
         for event in parser.parse(chunk):
-            if type(event) is bytearray or type(event) is bytes:
-                self._data(event)
-            elif event is None:
+            if event is None:
                 self._end_part()
                 ended = True
+            elif type(event) is bytes or type(event) is bytearray:
+                self._data(event)
             else:
                 self._begin(event)
+        if self._unheld:  # the fields' bytes, counted once a chunk rather than once a field
+            unheld, self._unheld = self._unheld, 0
+            self._hold(unheld, "the form's fields")
         frame.after(chunk, ended)
 
     def end(self, parser: multipart.PushMultipartParser) -> None:
@@ -237,7 +255,7 @@ class _MultipartReader:
         if type(part) is bytearray:
             if len(part) + size > limits.max_field_size:
                 raise _too_large(f"field {self._name[:64]!r}", "max_field_size", limits.max_field_size)
-            self._hold(size, "the form's fields")
+            self._unheld += size  # a chunk's worth at most: feed holds them when it is parsed
             part += data
             return
         assert isinstance(part, UploadFile)
