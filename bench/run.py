@@ -45,7 +45,13 @@ SERVERS = Path(__file__).resolve().parent / "servers"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 BASE = "aiorest"  # the ratios are aiorest over each other contender
 T = TypeVar("T")
-NO_FIGURES = ("p50_ms", "p99_ms", "server_cpu_us_per_request", "postgres_cpu_us_per_request")
+NO_FIGURES = (
+    "p50_ms",
+    "p99_ms",
+    "server_cpu_us_per_request",
+    "server_kernel_us_per_request",
+    "postgres_cpu_us_per_request",
+)
 Record = dict[str, Any]  # one measured run, or one cell of the summary: JSON-shaped
 
 
@@ -80,14 +86,20 @@ DB_SUITES = ("db", "drivers")
 
 
 def cpu_seconds(pids: list[int]) -> float:
-    total = 0
+    return sum(cpu_times(pids))
+
+
+def cpu_times(pids: list[int]) -> tuple[float, float]:
+    """The CPU seconds ``pids`` have spent so far: in user space, and in the kernel for them."""
+    user = system = 0
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])  # utime + stime
-    return total / CLOCK_TICKS
+        user += int(fields[11])  # utime
+        system += int(fields[12])  # stime
+    return user / CLOCK_TICKS, system / CLOCK_TICKS
 
 
 def measure(
@@ -97,9 +109,11 @@ def measure(
     url = server.url + path
     run_wrk(url, connections=connections, seconds=1, **wrk)  # warm-up, discarded
     pg = postgres_pids() if db else []
-    server_cpu, pg_cpu = cpu_seconds([server.process.pid, *child_pids(server.process.pid)]), cpu_seconds(pg)
+    server_user, server_kernel = cpu_times([server.process.pid, *child_pids(server.process.pid)])
+    pg_cpu = cpu_seconds(pg)
     result: WrkResult = run_wrk(url, connections=connections, seconds=seconds, **wrk)
-    server_cpu = cpu_seconds([server.process.pid, *child_pids(server.process.pid)]) - server_cpu
+    user, kernel = cpu_times([server.process.pid, *child_pids(server.process.pid)])
+    server_cpu, server_kernel = user - server_user + kernel - server_kernel, kernel - server_kernel
     pg_cpu = cpu_seconds(pg) - pg_cpu
     done = result.requests
     if not done:
@@ -109,6 +123,7 @@ def measure(
     return {
         **result.as_dict(),
         "server_cpu_us_per_request": server_cpu * 1e6 / done,
+        "server_kernel_us_per_request": server_kernel * 1e6 / done,  # of it, in the kernel (copies, syscalls)
         "postgres_cpu_us_per_request": pg_cpu * 1e6 / done if db else math.nan,
     }
 

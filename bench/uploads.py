@@ -9,7 +9,10 @@ Three parts, each printed as a table and plotted:
 - **uploads**: ``POST /upload`` with a 1 MiB and a 64 MiB file, ``POST /form`` with
   20 small fields, each read with its framework's own form API (files to disk as
   that API puts them): aiorest, Starlette and Litestar (on uvicorn, httptools,
-  uvloop) and aiohttp.web (uvloop). requests/s and server CPU per MiB.
+  uvloop) and aiohttp.web (uvloop); and the floor, a bare protocol that writes each
+  chunk of the body to a temporary file as it comes (bench/servers/uploads_floor.py:
+  no server that puts an upload on disk can spend less). requests/s and server CPU
+  per MiB, with the kernel's part of it.
 - **files**: ``GET /files/`` a 1 KiB and a 1 MiB file with each one's file
   response: aiorest, aiohttp.web, Starlette, and nginx serving the same folder
   (one worker, sendfile: the limit). requests/s and server CPU per request.
@@ -66,7 +69,7 @@ def serve(name: str, root: Path, prefix: Path) -> list[str]:
     return command + (["--prefix", str(prefix)] if name == "nginx" else [])
 
 
-UPLOADERS = ["aiorest", "starlette", "litestar", "aiohttp"]
+UPLOADERS = ["aiorest", "starlette", "litestar", "aiohttp", "floor"]  # floor: bench/servers/uploads_floor.py
 SERVERS_OF_FILES = ["aiorest", "aiohttp", "starlette", "nginx"]
 
 
@@ -169,11 +172,14 @@ def summarise_part(raw: list[Record], part: str, names: list[str], cases: list[C
         cell: Record = {}
         for name, mine in runs.items():
             cpu = median([r["server_cpu_us_per_request"] for r in mine])
+            kernel = median([r["server_kernel_us_per_request"] for r in mine])
             errors = sum(r["errors"] for r in mine)  # socket errors and answers not 2xx
             cell[name] = {
                 "rps": summarise([r["requests_per_sec"] for r in mine]).__dict__,
                 "cpu_us_per_request": cpu,
                 "cpu_ms_per_mib": cpu / 1000 / case.mib,
+                "kernel_us_per_request": kernel,
+                "kernel_ms_per_mib": kernel / 1000 / case.mib,
                 "errors": errors,
             }
         base = {r["round"]: r for r in runs.get("aiorest", [])}
@@ -194,6 +200,7 @@ def summarise_part(raw: list[Record], part: str, names: list[str], cases: list[C
 
 
 def markdown(table: Record, names: list[str], per_mib: bool) -> str:
+    """The part's table; a CPU cell gives the kernel's share of it too, ``(k …)``: receiving, copying, writing."""
     unit = "server CPU ms/MiB" if per_mib else "server CPU µs/request"
     others = [n for n in names if n != "aiorest"]
     columns = ["case", *(f"{n} req/s" for n in names), *(f"{n} {unit}" for n in names)]
@@ -202,8 +209,10 @@ def markdown(table: Record, names: list[str], per_mib: bool) -> str:
     for key, cell in table.items():
         row = [key]
         row += [f"{Summary(**cell[n]['rps']).mean:,.0f}" if n in cell else "–" for n in names]
-        cost = "cpu_ms_per_mib" if per_mib else "cpu_us_per_request"
-        row += [f"{cell[n][cost]:.2f}" if n in cell else "–" for n in names]
+        cost, kernel = (
+            ("cpu_ms_per_mib", "kernel_ms_per_mib") if per_mib else ("cpu_us_per_request", "kernel_us_per_request")
+        )
+        row += [f"{cell[n][cost]:.2f} (k {cell[n][kernel]:.2f})" if n in cell else "–" for n in names]
         for n in others:
             ratio = cell.get(f"aiorest/{n}")
             row.append("–" if ratio is None else f"{ratio['rps_ratio']['mean']:.2f}× · {ratio['cpu_ratio']:.2f}×")

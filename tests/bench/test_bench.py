@@ -62,7 +62,7 @@ def test_uploads_bench_writes_its_tables_and_plots(tmp_path):
     if shutil.which("wrk") is None or shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists():
         pytest.skip("wrk and nginx are needed (apt-get install -y wrk nginx)")
     done = subprocess.run(
-        [sys.executable, "bench/uploads.py", "--smoke", "--contenders", "aiorest,nginx", "--out", str(tmp_path)],
+        [sys.executable, "bench/uploads.py", "--smoke", "--contenders", "aiorest,nginx,floor", "--out", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -75,6 +75,8 @@ def test_uploads_bench_writes_its_tables_and_plots(tmp_path):
     # a smoke run: the figures are there, not good (the 64 MiB one may time out beside another test's load)
     assert all(uploads[case]["aiorest"]["rps"]["mean"] > 0 for case in ("upload 1 MiB", "form of 20 fields"))
     assert files["file 1 KiB"]["aiorest/nginx"]["cpu_ratio"] > 0  # nginx served the same files
+    floor = uploads["upload 1 MiB"]["floor"]  # the floor took the same uploads, and part of its CPU is the kernel's
+    assert floor["rps"]["mean"] > 0 and 0 < floor["kernel_us_per_request"] <= floor["cpu_us_per_request"]
     assert "| file 1 MiB |" in done.stdout and "files round 1/1" in done.stderr
     for png in ("uploads.png", "files.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
