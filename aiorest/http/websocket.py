@@ -135,7 +135,7 @@ class WebSocket:
     @property
     def subprotocols(self) -> list[str]:
         """The subprotocols the client offered (``Sec-WebSocket-Protocol``), in its order."""
-        offered = self.request.headers.getall("sec-websocket-protocol")
+        offered = self.request.header_values("sec-websocket-protocol")
         return [name.strip() for value in offered for name in value.split(",") if name.strip()]
 
     @property

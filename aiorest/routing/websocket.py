@@ -74,8 +74,8 @@ class WebSocketEndpoint:
                 status=426,
                 headers={"Upgrade": "websocket", "Connection": "Upgrade"},
             )
-        origin = request.headers.get("origin")
-        if origin is not None and not self.allows(origin, request.headers.get("host", ""), request.app):
+        origin = request.header("origin")
+        if origin is not None and not self.allows(origin, request.header("host") or "", request.app):
             raise HTTPForbidden(f"WebSocket connections from {origin[:100]!r} are not allowed")
         websocket = WebSocket(request, self.limits)
         try:
@@ -111,5 +111,5 @@ class WebSocketEndpoint:
 
 
 def _asks_for_websocket(request: Request) -> bool:
-    upgrade = request.headers.get("upgrade", "")
+    upgrade = request.header("upgrade") or ""  # header(): a WebSocket keeps no Headers it did not need
     return request.method == "GET" and "websocket" in [token.strip().lower() for token in upgrade.split(",")]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import codecs
 import os
-from collections import deque
 from typing import TYPE_CHECKING, cast
 
 from websockets.frames import Frame, Opcode
@@ -47,7 +46,8 @@ class WebSocketConnection(asyncio.Protocol):
         self._loop = loop
         self.transport: asyncio.Transport | None = None
         self.closed = False  # the transport is gone
-        self._messages: deque[str | bytes] = deque()
+        # a list, not a deque: at most max_queue long, and 56 bytes empty where a deque takes 600
+        self._messages: list[str | bytes] = []
         self._receiver: asyncio.Future[None] | None = None  # the handler waits for a message
         self._drain: asyncio.Future[None] | None = None  # the handler waits for the client to read
         self._writing_paused = False
@@ -149,7 +149,7 @@ class WebSocketConnection(asyncio.Protocol):
                 await waiter
             finally:
                 self._receiver = None
-        message = messages.popleft()
+        message = messages.pop(0)
         if self._reading_paused and len(messages) < self._limits.max_queue and not self.closed:
             self._reading_paused = False
             assert self.transport is not None

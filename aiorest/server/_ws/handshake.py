@@ -30,6 +30,17 @@ _DEFLATE = ServerPerMessageDeflateFactory(
 )
 
 _utf8 = codecs.getincrementaldecoder("utf-8")
+# What ServerProtocol.accept reads of a request (the Origin is checked before, by the route).
+_HANDSHAKE_HEADERS = frozenset(
+    {
+        b"connection",
+        b"upgrade",
+        b"sec-websocket-key",
+        b"sec-websocket-version",
+        b"sec-websocket-extensions",
+        b"sec-websocket-protocol",
+    }
+)
 _DATA = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
 
 
@@ -67,9 +78,15 @@ def handshake(
         subprotocols=[Subprotocol(subprotocol)] if subprotocol is not None else None,
         max_size=(limits.max_message, limits.max_frame),
     )
-    # The head again, as the library reads it: its parser then goes on with the frames that follow.
+    # The head again, as the library reads it: its parser then goes on with the frames that follow. Only
+    # the headers its handshake reads: the request it parses stays alive in its parser as long as the
+    # WebSocket (about a kilobyte for a browser's head), and the handler has the whole head in its Request.
     target = request.raw_path + (b"?" + request.query_string.encode("latin-1") if request.query_string else b"")
-    lines = b"".join(b"%s: %s\r\n" % (name, value.strip(b" \t")) for name, value in request.raw_headers)
+    lines = b"".join(
+        b"%s: %s\r\n" % (name, value.strip(b" \t"))
+        for name, value in request.raw_headers
+        if name.lower() in _HANDSHAKE_HEADERS
+    )
     protocol.receive_data(b"GET %s HTTP/1.1\r\n%s\r\n" % (target, lines))
     events = protocol.events_received()
     if len(events) != 1 or not isinstance(events[0], WSRequest):
