@@ -27,6 +27,7 @@ _SLOW_MODULES = frozenset(
         "tests/harness/test_procs.py",
         "tests/harness/test_steady.py",
         "tests/load/test_cluster.py",
+        "tests/load/test_cluster_live.py",
         "tests/load/test_load_compare.py",
         "tests/server/test_conformance.py",
         "tests/server/test_reload.py",
@@ -53,6 +54,7 @@ _SERIAL_MODULES = frozenset(
         "tests/deploy/test_shared_state.py",
         "tests/docs/test_tutorial.py",
         "tests/load/test_cluster.py",
+        "tests/load/test_cluster_live.py",
         "tests/server/test_reload.py",
     }
 )

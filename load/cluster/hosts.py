@@ -12,13 +12,13 @@ redis    .21         its own redis-server (:6379)
 load1..2 .30, .31    the load generators (started by load/cluster/run.py)
 ======== =========== ==========================================================
 
-The app hosts reach PostgreSQL through PgBouncer only, each with a pool of
-``pool_per_host`` connections shared by its workers (``DATABASE_POOL_TOTAL``);
-PgBouncer holds ``pgbouncer_pool`` server connections, PostgreSQL allows
-``pg_max_connections``: :meth:`ClusterConfig.budget` checks that the hosts'
-pools fit. With ``rate_limit_store`` set, the app hosts get it as
-``RATE_LIMIT_STORE`` (``redis://<redis host>:6379/0``, or ``postgres``: the
-app's own database): the shared login limiter, where the example app supports it.
+The app hosts reach PostgreSQL through PgBouncer, a pool of ``pool_per_host`` connections
+shared by a host's workers (``DATABASE_POOL_TOTAL``), but for each worker's LISTEN (the live
+feed's), which needs a session: PostgreSQL itself (``DATABASE_LISTEN_URL``). PgBouncer holds
+``pgbouncer_pool`` server connections, PostgreSQL allows ``pg_max_connections``:
+:meth:`ClusterConfig.budget` checks that they fit. With ``rate_limit_store`` set, the app hosts
+get it as ``RATE_LIMIT_STORE`` (``redis://<redis host>:6379/0``, or ``postgres``: the app's own
+database): the shared login limiter, where the example app supports it.
 
 Everything is stopped and removed by :meth:`Cluster.close` (also on errors: use
 ``with``), the PostgreSQL data folder with it.
@@ -98,11 +98,11 @@ class ClusterConfig:
 
     def budget(self) -> dict[str, int]:
         """The connection budget: raises ValueError if the hosts' pools or PgBouncer's do not fit."""
-        clients = self.app_hosts * self.pool_per_host
+        clients, listens = self.app_hosts * self.pool_per_host, self.app_hosts * self.workers
         if self.pool_per_host < self.workers * self.pool_min:
             raise ValueError(f"pool_per_host {self.pool_per_host} < workers x pool_min")
-        if self.pgbouncer_pool + 5 > self.pg_max_connections:  # the harness's own and PgBouncer's admin
-            raise ValueError("PgBouncer's server pool does not fit PostgreSQL's max_connections")
+        if self.pgbouncer_pool + listens + 5 > self.pg_max_connections:  # 5: the harness's own, PgBouncer's admin
+            raise ValueError("PgBouncer's server pool and the LISTEN connections do not fit max_connections")
         return {
             "client_connections": clients,
             "pgbouncer_max_client_conn": clients * 2 + 50,
@@ -337,6 +337,7 @@ class Cluster:
             TMPDIR=str(tmp),
             PYTHONPATH=str(ROOT),
             DATABASE_URL=self.pooled_dsn,
+            DATABASE_LISTEN_URL=self.direct_dsn,
             DATABASE_POOLER="transaction",
             DATABASE_POOL_TOTAL=str(self.config.pool_per_host),
             DATABASE_POOL_MIN=str(self.config.pool_min),

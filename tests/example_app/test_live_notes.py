@@ -4,14 +4,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 
 from aiorest.db import Database
-from example_app import create_app
+from example_app import create_app, live
 
 WAIT = 10  # seconds an awaited event may take: a bound for a failing test, not a measure
 
@@ -194,3 +196,72 @@ async def test_every_thousandth_event_prunes_those_100000_older(users):
     await users.db.fetchval("SELECT setval('note_events_id_seq', %s)", (bound - 1,))
     await users.write("ada")
     assert await users.db.fetchval("SELECT min(id) FROM note_events") == bound  # newest <= bound - 100000
+
+
+@pytest.fixture
+async def held(aiorest_client, shared_database_url):
+    """Users of an app whose pool of two connections the test can hold, and a writer of its own."""
+    name = f"live-slow-{uuid.uuid4().hex[:8]}"
+    db = Database(shared_database_url, min_size=1, max_size=2, acquire_timeout=WAIT, application_name=name)
+    users = Users(await aiorest_client(create_app(db)), db, name)
+    await users.add("ada")
+    writer = Database(shared_database_url, min_size=1, max_size=1, application_name=f"{name}-writer")
+    await writer.open()
+    yield users, writer
+    await writer.close()
+
+
+@contextlib.asynccontextmanager
+async def falling_behind(users: Users, writer: Database) -> AsyncIterator[int]:
+    """A stream of ada's left behind: the app's pool held, so that her feed cannot read the table,
+    while one transaction writes ``QUEUE_SIZE + 2`` notes of hers (as many NOTIFYs), more than her
+    stream's queue holds; the pool released once they all reached this process. Gives that number."""
+    count = live.QUEUE_SIZE + 2
+    async with users.db.listen(live.CHANNEL, queue_size=4 * count) as probe:
+        async with users.db.connection(), users.db.connection():
+            await writer.execute(
+                "INSERT INTO notes (title, owner_id) SELECT 'burst ' || n, %s FROM generate_series(1, %s) n",
+                (users.ids["ada"], count),
+            )
+            seen = 0
+            while seen < count:  # delivered to the probe, so to every subscriber of this process
+                item = await asyncio.wait_for(anext(probe), WAIT)
+                seen += json.loads(item.payload)["user_id"] == users.ids["ada"]  # type: ignore[union-attr]
+    yield count
+
+
+async def test_an_event_stream_that_falls_behind_ends_and_its_client_resumes_losing_nothing(held):
+    users, writer = held
+    async with users.client.sse("/notes/events", headers=users.tokens["ada"]) as events:
+        await next_event(events)  # ready
+        async with falling_behind(users, writer) as count:
+            got = [data async for _, data in _until_the_end(events)]
+    assert len(got) == count  # what the table held when the feed read it, then the end
+    missed = await users.write("ada", title="while away")
+    last = str(got[-1]["id"])
+    async with users.client.sse("/notes/events", last_event_id=last, headers=users.tokens["ada"]) as events:
+        assert (await next_event(events))[0] == "ready"
+        kind, data = await next_event(events)
+        assert (kind, data["note_id"]) == ("created", missed["id"])
+    ids = [data["id"] for data in got]
+    assert ids == sorted(set(ids)) and ids[-1] < data["id"]
+
+
+async def test_a_websocket_that_falls_behind_is_closed_1013(held):
+    users, writer = held
+    async with users.client.ws_connect("/notes/live", headers=users.tokens["ada"]) as ws:
+        await ws.receive_json(timeout=WAIT)  # ready
+        async with falling_behind(users, writer) as count:
+            got = [await ws.receive_json(timeout=WAIT) for _ in range(count)]
+            closed = await ws.receive(timeout=WAIT)
+    assert [m["type"] for m in got] == ["created"] * count
+    assert (closed.type, closed.data) == (aiohttp.WSMsgType.CLOSE, 1013)
+    assert closed.extra == "fell behind: reconnect and send since"
+
+
+async def _until_the_end(events) -> AsyncIterator[tuple[str, dict]]:
+    while True:
+        try:
+            yield await next_event(events)
+        except StopAsyncIteration:
+            return

@@ -19,24 +19,16 @@ from collections.abc import Iterator
 import pytest
 
 from harness import steady
-from harness.netns import unavailable_reason
 from load.cluster.faults import shared_limiter_supported
-from load.cluster.hosts import Cluster, ClusterConfig, missing_tools
+from load.cluster.hosts import Cluster, ClusterConfig
 from load.cluster.sessions import sessions_across_hosts
+from tests.load.namespaces import running_cluster
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    # asked here, not at collection: the question makes (and removes) a namespace
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"no network namespaces here: {reason}")
-    missing = missing_tools()
-    if missing:
-        pytest.skip(f"the cluster needs {', '.join(missing)} (.ci/run installs them)")
     config = ClusterConfig(app_hosts=2, rate_limit_store="redis" if shared_limiter_supported() else None)
-    with Cluster(config) as running:
-        yield running
+    yield from running_cluster(config)
 
 
 def test_a_rolling_deploy_through_the_balancer_loses_no_request(cluster):
