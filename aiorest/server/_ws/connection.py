@@ -34,6 +34,26 @@ _TEXT, _BINARY, _CONT, _PONG = Opcode.TEXT, Opcode.BINARY, Opcode.CONT, Opcode.P
 _utf8 = codecs.getincrementaldecoder("utf-8")
 
 
+_last_frame: tuple[str | bytes, bytes] = ("", Frame(_TEXT, b"").serialize(mask=False))
+
+
+def _frame_of(message: str | bytes) -> bytes:
+    """``message`` as one unmasked frame, serialized by the ``websockets`` library, without extensions.
+
+    The last message's frame is kept (one, however large: what the message itself holds), and given
+    again for the same object: a broadcast's loop of ``send`` serializes its message once."""
+    global _last_frame
+    last = _last_frame
+    if last[0] is message:
+        return last[1]
+    if isinstance(message, str):
+        frame = Frame(_TEXT, message.encode()).serialize(mask=False)
+    else:
+        frame = Frame(_BINARY, bytes(message)).serialize(mask=False)
+    _last_frame = (message, frame)
+    return frame
+
+
 class WebSocketConnection(asyncio.Protocol):
     """One accepted WebSocket: frames by ``protocol`` (OPEN, its 101 queued), messages to and from its handler."""
 
@@ -160,12 +180,17 @@ class WebSocketConnection(asyncio.Protocol):
         ws = self._ws
         if self.closed or ws.state is not OPEN:
             raise WebSocketDisconnect(*self._close())
-        if isinstance(message, str):
-            ws.send_text(message.encode())
+        if not ws.extensions and self.transport is not None:
+            # No extension changes the frame: the library's frame of this message, made once for every
+            # connection a broadcast sends it to (what ws.send_text would queue, our sends never fragment).
+            self.transport.write(_frame_of(message))
         else:
-            ws.send_binary(message)
+            if isinstance(message, str):
+                ws.send_text(message.encode())
+            else:
+                ws.send_binary(message)
+            self._flush()
         self._last_message = self._state.now
-        self._flush()
         if self._writing_paused:
             self._send_since = self._state.now
             waiter = self._drain = self._loop.create_future()
