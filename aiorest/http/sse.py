@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .exceptions import ClientDisconnected
 from .jsoncodec import JSONCodec
 from .response import StreamResponse
 
@@ -124,104 +125,111 @@ class EventSourceResponse(StreamResponse):
         own.setdefault("Cache-Control", "no-cache")
         own.setdefault("X-Accel-Buffering", "no")
 
-    async def frames(self, codec: JSONCodec, ending: Iterable[asyncio.Future[Any]]) -> AsyncIterator[bytes]:
-        """The body's pieces: each event, and a heartbeat when it is due, until the iterator ends or one
-        of ``ending`` is done (the client went away, the server stops). The server calls it."""
-        pump = _Pump(aiter(self.content))
-        # One future of this stream's own, done when any of ``ending`` is, registered on them once: waiting on
-        # ``ending`` itself for each event would add and remove a callback on the server's ``stopping``, which
-        # every stream shares, a scan of all the others' callbacks each time (N streams: N² per broadcast).
-        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        ending = tuple(ending)
+    async def send(
+        self,
+        write: Callable[[bytes], None],
+        drain: Callable[[], Awaitable[None]],
+        codec: JSONCodec,
+        ending: Iterable[asyncio.Future[Any]],
+    ) -> None:
+        """Send the stream with ``write`` (a whole frame each time; ``drain`` waits while the client does not
+        read) until the iterator ends or one of ``ending`` is done (the client went away, the server stops).
+        The server calls it; the iterator's error, if it raised one, is raised here.
+
+        The iterator runs in a Task of its own, from its first step to its ``aclose()`` (what it sets around
+        a ``yield``, a transaction's context variable say, is still set at its next step), and that Task
+        writes each event the moment it comes: one hop from the event to the socket. This one waits for
+        the end, and writes a heartbeat when ``heartbeat`` seconds went by without a frame.
+        """
+        loop = asyncio.get_running_loop()
+        last = [loop.time()]  # when the last frame went
+
+        def frame(data: bytes) -> None:
+            write(data)
+            last[0] = loop.time()
+
+        first = b"retry: %d\n\n" % self.retry if self.retry is not None else None
+        pump = loop.create_task(_pump(self.content, first, frame, drain, codec))
+        # One future, done when the stream is over: registered on each of ``ending`` once. Waiting on ``ending``
+        # itself for each event would add and remove a callback on the server's ``stopping``, which every
+        # stream shares, a scan of all the others' callbacks each time (N streams: N² per broadcast).
+        over: asyncio.Future[None] = loop.create_future()
 
         def end(_: asyncio.Future[Any]) -> None:
-            if not ended.done():
-                ended.set_result(None)
+            if not over.done():
+                over.set_result(None)
 
+        ending = (*ending, pump)
         for future in ending:
             future.add_done_callback(end)
+        beat = _Heartbeat(loop, self.heartbeat, last, frame) if self.heartbeat is not None else None
         try:
-            if self.retry is not None:
-                yield b"retry: %d\n\n" % self.retry
-            while True:
-                following = pump.ask()
-                done, _ = await asyncio.wait(
-                    (following, ended), timeout=self.heartbeat, return_when=asyncio.FIRST_COMPLETED
-                )
-                if following in done:
-                    item = following.result()  # the iterator's error, if it raised
-                    if item is _END:
-                        return
-                    yield encode_event(item, codec)
-                elif done:
-                    return
-                else:
-                    yield HEARTBEAT
+            await over
         finally:
             for future in ending:
                 future.remove_done_callback(end)
-            await pump.close()
+            if beat is not None:
+                beat.stop()
+            if not pump.done():
+                pump.cancel()  # a step under way gets CancelledError where it awaits, then aclose()
+            await asyncio.wait((pump,))  # raises only if the caller itself is cancelled meanwhile
+        if not pump.cancelled() and pump.exception() is not None:
+            raise pump.exception()  # type: ignore[misc]
 
 
-_END = object()  # the iterator ended
+async def _pump(
+    source: AsyncIterable[Any],
+    first: bytes | None,
+    frame: Callable[[bytes], None],
+    drain: Callable[[], Awaitable[None]],
+    codec: JSONCodec,
+) -> None:
+    """Write ``first``, then each item of ``source`` as an event, waiting while the client does not read;
+    then ``aclose()`` the iterator."""
+    iterator = aiter(source)
+    try:
+        if first is not None:
+            frame(first)
+        while True:
+            try:
+                item = await anext(iterator)
+            except StopAsyncIteration:
+                return
+            frame(encode_event(item, codec))
+            await drain()
+    except ClientDisconnected:
+        return  # the stream ends: the server sees the connection gone
+    finally:
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            await aclose()  # an async generator's finally, in this Task too
 
 
-class _Pump:
-    """Runs an iterator in one Task of its own, from its first step to its ``aclose()``, one item when asked.
+class _Heartbeat:
+    """Writes a comment when ``interval`` seconds went by since the last frame; one timer at a time."""
 
-    Waiting for its next item can then time out (a heartbeat is due) without cancelling it, and it
-    runs in one context throughout: what it sets around a ``yield`` (a transaction's context
-    variable, say) is still set in its next step and can be reset in its ``finally``.
-    """
+    __slots__ = ("_loop", "_interval", "_last", "_frame", "_timer")
 
-    def __init__(self, source: AsyncIterator[Any]) -> None:
-        loop = asyncio.get_running_loop()
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, interval: float, last: list[float], frame: Callable[[bytes], None]
+    ) -> None:
         self._loop = loop
-        self._next: asyncio.Future[Any] = loop.create_future()
-        self._go: asyncio.Future[None] = loop.create_future()  # set: take one step (a new one each step)
-        self._asked = False
-        self._task = loop.create_task(self._run(source))
+        self._interval = interval
+        self._last = last
+        self._frame = frame
+        self._timer = loop.call_at(last[0] + interval, self._due)
 
-    def ask(self) -> asyncio.Future[Any]:
-        """The next item (``_END`` at the end), as a future: the iterator steps once it is asked, and
-        asked again before it answered (a heartbeat came between), it goes on with the same step."""
-        if self._next.done():
-            self._next = self._loop.create_future()
-        elif self._asked:
-            return self._next
-        self._asked = True
-        self._go.set_result(None)
-        return self._next
+    def _due(self) -> None:
+        now = self._loop.time()
+        if now - self._last[0] >= self._interval * 0.999:  # (a timer may fire a hair early)
+            try:
+                self._frame(HEARTBEAT)
+            except ClientDisconnected:
+                return  # no more: the stream is ending
+        self._timer = self._loop.call_at(self._last[0] + self._interval, self._due)
 
-    async def _run(self, source: AsyncIterator[Any]) -> None:
-        try:
-            while True:
-                await self._go
-                self._go = self._loop.create_future()
-                try:
-                    item = await anext(source)
-                except StopAsyncIteration:
-                    self._next.set_result(_END)
-                    return
-                except Exception as exc:
-                    self._next.set_exception(exc)
-                    return
-                self._next.set_result(item)
-        finally:
-            aclose = getattr(source, "aclose", None)
-            if aclose is not None:
-                await aclose()  # an async generator's finally, in this Task too
-
-    async def close(self) -> None:
-        """End the iterator: a step under way is cancelled (CancelledError where it awaits), then
-        ``aclose()``; its error, if its ending raised one, is raised here."""
-        task = self._task
-        task.cancel()
-        await asyncio.wait((task,))  # raises only if the caller itself is cancelled meanwhile
-        if self._next.done() and not self._next.cancelled():
-            self._next.exception()  # (retrieved: an error the stream never sent is not lost either, see below)
-        if not task.cancelled() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]
+    def stop(self) -> None:
+        self._timer.cancel()
 
 
 class EventStreamParser:

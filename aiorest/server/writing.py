@@ -166,6 +166,22 @@ def write_error(
     )
 
 
+def _write_chunk(transport: asyncio.WriteTransport, chunk: bytes, chunked: bool) -> None:
+    """One piece of a streamed body, framed as a chunk when ``chunked``."""
+    if not chunked:
+        transport.write(chunk)
+    elif len(chunk) <= _LARGE_BODY:
+        transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+    else:
+        # Not writelines(): on Python 3.12.0-3.12.8 and 3.13.0-3.13.1
+        # the selector transport's writelines never pauses the
+        # protocol (CPython gh-127655), so drain() would never wait
+        # and a slow client's buffer would grow without bound.
+        transport.write(b"%x\r\n" % len(chunk))
+        transport.write(chunk)
+        transport.write(b"\r\n")
+
+
 async def write_stream(
     transport: asyncio.WriteTransport,
     request: Request,
@@ -184,16 +200,28 @@ async def write_stream(
     the body ends with the connection. An event stream (sse.py) also ends when
     the client goes away or the server stops, its iterator closed.
     """
-    if isinstance(response, EventSourceResponse):
-        content: AsyncIterable[bytes | str] = response.frames(
-            request.app.json, (request.disconnected(), state.stopping())
-        )
-    else:
-        content = response.content
+    content: AsyncIterable[bytes | str] = response.content
+    events = isinstance(response, EventSourceResponse) and request.method != "HEAD"  # it closes its iterator
     sent = 0
     try:
         head = response_head(response, None, chunked, state.header_lines, connection, request.raw_id)
         transport.write(head)
+        if events:
+            assert isinstance(response, EventSourceResponse)
+
+            def write(frame: bytes) -> None:  # an event or a heartbeat, whole
+                nonlocal sent
+                if transport.is_closing():
+                    raise ClientDisconnected("the client closed the connection")
+                sent += len(frame)
+                _write_chunk(transport, frame, chunked)
+
+            await response.send(write, drain, request.app.json, (request.disconnected(), state.stopping()))
+            if transport.is_closing():
+                return None
+            if chunked:
+                transport.write(b"0\r\n\r\n")
+            return sent
         if request.method != "HEAD":
             async for chunk in content:
                 if isinstance(chunk, str):
@@ -203,18 +231,7 @@ async def write_stream(
                 sent += len(chunk)
                 if transport.is_closing():
                     raise ClientDisconnected("the client closed the connection")
-                if not chunked:
-                    transport.write(chunk)
-                elif len(chunk) <= _LARGE_BODY:
-                    transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                else:
-                    # Not writelines(): on Python 3.12.0-3.12.8 and 3.13.0-3.13.1
-                    # the selector transport's writelines never pauses the
-                    # protocol (CPython gh-127655), so drain() would never wait
-                    # and a slow client's buffer would grow without bound.
-                    transport.write(b"%x\r\n" % len(chunk))
-                    transport.write(chunk)
-                    transport.write(b"\r\n")
+                _write_chunk(transport, chunk, chunked)
                 await drain()
             if chunked and not transport.is_closing():
                 transport.write(b"0\r\n\r\n")
@@ -222,6 +239,6 @@ async def write_stream(
     except ClientDisconnected:
         return None
     finally:
-        aclose = getattr(content, "aclose", None)
+        aclose = None if events else getattr(content, "aclose", None)
         if aclose is not None:
             await aclose()

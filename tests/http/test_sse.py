@@ -139,7 +139,7 @@ async def test_a_client_that_goes_away_ends_the_iterator() -> None:
             assert (await anext(events)).data == "hello"
         # The connection closed (no heartbeat to find it): the generator's finally runs, no task left.
         assert await asyncio.wait_for(record["ended"], 10) == "finally ran"  # type: ignore[arg-type]
-        assert not [task for task in asyncio.all_tasks() if "_Pump._run" in repr(task.get_coro())]
+        assert not [task for task in asyncio.all_tasks() if "_pump" in repr(task.get_coro())]
 
 
 async def test_a_client_that_half_closes_ends_the_iterator() -> None:
@@ -291,7 +291,12 @@ async def test_a_stream_registers_on_the_shared_ending_futures_once_not_per_even
     stopping = _CountingFuture()
     disconnected: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     response = EventSourceResponse(events(), heartbeat=None)
-    frames = [frame async for frame in response.frames(CODEC, (disconnected, stopping))]
+    frames: list[bytes] = []
+
+    async def drain() -> None:
+        pass
+
+    await response.send(frames.append, drain, CODEC, (disconnected, stopping))
     assert frames == [b"data: %d\n\n" % n for n in range(50)]
     assert _CountingFuture.added == 1
     assert not stopping.done() and not disconnected.done()
