@@ -17,6 +17,7 @@ from importlib import metadata
 PACKAGES = ("aiorest", "httptools", "uvloop", "ujson", "orjson", "aiohttp", "psycopg2-binary")
 # bench/typed.py's too (a missing one is left out)
 PACKAGES += ("msgspec", "fastapi", "pydantic", "pydantic-core", "litestar", "uvicorn")
+PACKAGES += ("asyncpg", "aiopg")  # bench/notes.py's drivers
 
 
 def cpu_model() -> str:

@@ -30,7 +30,9 @@ import tempfile
 import threading
 from collections import Counter
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -110,9 +112,6 @@ def main() -> None:
     parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL"), help="db suite: a PostgreSQL URL")
     args = parser.parse_args()
     require_wrk()
-    py_spy = shutil.which("py-spy")
-    if py_spy is None:
-        raise SystemExit('py-spy is missing: pip install -e ".[dev]"')
     contenders, paths = SUITES[args.suite]
     by_name = {c.name: c for c in contenders}
     if args.contender not in by_name:
@@ -120,64 +119,97 @@ def main() -> None:
     endpoint = args.endpoint or paths[0]
     env = suite_environment(args.suite, args.dsn)
     server = ServerProcess(args.contender, by_name[args.contender].command, env)
-    with postgres_pinned(1) if args.suite == "db" else nullcontext(), tempfile.TemporaryDirectory() as tmp:
+    with postgres_pinned(1) if args.suite == "db" else nullcontext():
         try:
             server.wait_ready(endpoint)
-            url = server.url + endpoint
-            run_wrk(url, connections=args.connections, seconds=1)  # warm-up
-            print(
-                f"profiling {args.contender} {endpoint} at {args.connections} connections for {args.seconds:.0f} s ...",
-                file=sys.stderr,
-                flush=True,
-            )
-            result: list[WrkResult] = []
-            load = threading.Thread(
-                target=lambda: result.append(run_wrk(url, connections=args.connections, seconds=args.seconds + 2))
-            )
-            load.start()
-            before = cpu_seconds([server.process.pid])
-            out = Path(tmp) / "profile.txt"
-            record = subprocess.run(
-                [
-                    "taskset",
-                    "-c",
-                    "1",
-                    py_spy,
-                    "record",
-                    "--pid",
-                    str(server.process.pid),
-                    *(["--native"] if args.native else ["--nonblocking"]),
-                    "--rate",
-                    str(args.rate),
-                    "--duration",
-                    str(round(args.seconds)),
-                    "--format",
-                    "raw",
-                    "--output",
-                    str(out),
-                ],
-                capture_output=True,
-                text=True,
-            )
-            spent = cpu_seconds([server.process.pid]) - before
-            load.join()
-            if record.returncode != 0:
-                raise SystemExit(f"py-spy failed: {record.stderr.strip()[-2000:]}")
-            raw = out.read_text()
+            found = sample(server, endpoint, args.connections, args.seconds, args.rate, args.native)
         finally:
             server.stop()
-    groups, leaves, total = summarise(raw)
+    print_profile(found, f"{args.contender} {endpoint} c={args.connections}", args.top)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """py-spy's raw samples of a server under wrk's load, and what the server did meanwhile."""
+
+    raw: str  # py-spy's collapsed stacks, one "frame;frame;... count" a line
+    requests_per_s: float
+    us_per_request: float  # the server's CPU time while sampled, per request
+
+
+def sample(
+    server: ServerProcess,
+    endpoint: str,
+    connections: int,
+    seconds: float,
+    rate: int = 500,
+    native: bool = False,
+    **wrk: Any,
+) -> Profile:
+    """Sample ``server`` with py-spy (on CPU 1) for ``seconds`` while wrk loads ``endpoint``.
+
+    ``wrk`` goes to run_wrk (a Lua script and its arguments); a second of load is
+    discarded first. SystemExit if py-spy is missing or fails.
+    """
+    py_spy = shutil.which("py-spy")
+    if py_spy is None:
+        raise SystemExit('py-spy is missing: pip install -e ".[dev]"')
+    url = server.url + endpoint
+    run_wrk(url, connections=connections, seconds=1, **wrk)  # warm-up
+    print(
+        f"profiling {server.name} {endpoint} at {connections} connections for {seconds:.0f} s ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    result: list[WrkResult] = []
+    load = threading.Thread(
+        target=lambda: result.append(run_wrk(url, connections=connections, seconds=seconds + 2, **wrk))
+    )
+    load.start()
+    with tempfile.TemporaryDirectory() as tmp:
+        before = cpu_seconds([server.process.pid])
+        out = Path(tmp) / "profile.txt"
+        record = subprocess.run(
+            [
+                *(["taskset", "-c", "1"] if shutil.which("taskset") else []),
+                py_spy,
+                "record",
+                "--pid",
+                str(server.process.pid),
+                *(["--native"] if native else ["--nonblocking"]),
+                "--rate",
+                str(rate),
+                "--duration",
+                str(round(seconds)),
+                "--format",
+                "raw",
+                "--output",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        spent = cpu_seconds([server.process.pid]) - before
+        load.join()
+        if record.returncode != 0:
+            raise SystemExit(f"py-spy failed: {record.stderr.strip()[-2000:]}")
+        raw = out.read_text()
+    requests_per_s = result[0].requests_per_sec if result else float("nan")
+    return Profile(raw, requests_per_s, spent * 1e6 / (requests_per_s * seconds))
+
+
+def print_profile(found: Profile, title: str, top: int) -> None:
+    """The share and µs per request of each group of frames, then the ``top`` innermost frames."""
+    groups, leaves, total = summarise(found.raw)
     if not total:
         raise SystemExit("py-spy recorded no sample (was the server idle?)")
-    requests_per_s = result[0].requests_per_sec if result else float("nan")
-    us_per_request = spent * 1e6 / (requests_per_s * args.seconds)
     print(
-        f"\n{args.contender} {endpoint} c={args.connections}: {requests_per_s:,.0f} requests/s, "
-        f"{us_per_request:.1f} µs of server CPU per request, {total} samples\n"
+        f"\n{title}: {found.requests_per_s:,.0f} requests/s, "
+        f"{found.us_per_request:.1f} µs of server CPU per request, {total} samples\n"
     )
-    print(table(groups, total, us_per_request))
-    print(f"\ninnermost frames (top {args.top}):")
-    for frame, count in leaves.most_common(args.top):
+    print(table(groups, total, found.us_per_request))
+    print(f"\ninnermost frames (top {top}):")
+    for frame, count in leaves.most_common(top):
         print(f"  {count / total:6.1%}  {frame}")
 
 

@@ -103,12 +103,22 @@ def cpu_times(pids: list[int]) -> tuple[float, float]:
 
 
 def measure(
-    server: ServerProcess, path: str, connections: int, seconds: float, db: bool, **wrk: Any
+    server: ServerProcess,
+    path: str,
+    connections: int,
+    seconds: float,
+    db: bool,
+    postgres: Callable[[], list[int]] = postgres_pids,
+    **wrk: Any,
 ) -> dict[str, float]:
-    """One run of wrk after a second of warm-up; ``wrk`` goes to run_wrk (a Lua script and its arguments)."""
+    """One run of wrk after a second of warm-up; ``wrk`` goes to run_wrk (a Lua script and its arguments).
+
+    With ``db``, PostgreSQL's CPU per request too: that of the processes ``postgres``
+    returns (after the warm-up), by default every PostgreSQL process of the machine.
+    """
     url = server.url + path
     run_wrk(url, connections=connections, seconds=1, **wrk)  # warm-up, discarded
-    pg = postgres_pids() if db else []
+    pg = postgres() if db else []
     server_user, server_kernel = cpu_times([server.process.pid, *child_pids(server.process.pid)])
     pg_cpu = cpu_seconds(pg)
     result: WrkResult = run_wrk(url, connections=connections, seconds=seconds, **wrk)

@@ -138,10 +138,14 @@ def test_a_run_records_its_host_and_the_versions_it_measured():
     assert f"aiohttp {versions['aiohttp']}" in line and f"Python {host['python']}" in line
 
 
-def smoke(script: str, out: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    """``script --smoke --out out``, which must succeed; what it printed and its summary.json."""
+def smoke(script: str, out: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """``script --smoke --out out [args]``, which must succeed; what it printed and its summary.json."""
     done = subprocess.run(
-        [sys.executable, script, "--smoke", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, script, "--smoke", "--out", str(out), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done, json.loads((out / "summary.json").read_text())
@@ -186,5 +190,27 @@ def test_batteries_smoke_measures_each_battery_against_its_plain_route(tmp_path)
     assert [ok for _, ok in summary["bar"]] == [True, True]
     assert done.stdout.count("PASS:") == 2 and "| CORS, simple request |" in done.stdout
     assert "left out: session read, Redis (give --redis)" in done.stderr
+    if importlib.util.find_spec("matplotlib"):
+        assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
+def test_notes_bench_checks_both_answers_alike_and_pairs_the_ratios(tmp_path, pg_server):
+    # FastAPI's side: asyncpg and pydantic (the bench extra); without them there is nothing to compare
+    pytest.importorskip("asyncpg")
+    pytest.importorskip("fastapi")
+    done, summary = smoke("bench/notes.py", tmp_path, "--dsn", pg_server, "--contenders", "aiorest,fastapi")
+    assert summary["contenders"] == ["aiorest", "fastapi"]
+    for name in ("aiorest", "fastapi"):
+        # each answered the same page (checked before the load), and every request of the load with a 2xx
+        cell = summary["cells"][name]
+        assert cell["rps"]["mean"] > 0 and cell["errors"] == 0, cell
+        assert cell["server_cpu_us"] > 0 and cell["postgres_cpu_us"] > 0
+    assert set(summary["ratios"]) == {"aiorest/fastapi rps", "aiorest/fastapi cpu"}
+    for ratio in summary["ratios"].values():
+        assert ratio["mean"] > 0 and ratio["per_round"] and ratio["target"] == 5.0
+        assert ratio["verdict"].split()[0] in ("met", "missed", "undecided")
+    assert "| aiorest / FastAPI requests/s |" in done.stdout and "Per round:" in done.stdout
+    assert len(json.loads((tmp_path / "raw.json").read_text())) == 2
     if importlib.util.find_spec("matplotlib"):
         assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
