@@ -50,6 +50,8 @@ class ServerSentEvent:
     comment: str | None = None
 
     def __post_init__(self) -> None:
+        if self.event is None and self.id is None and self.retry is None:
+            return  # data and a comment: nothing to check
         for name in ("event", "id"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or "\r" in value or "\n" in value):
@@ -61,6 +63,17 @@ class ServerSentEvent:
 
     def encode(self, codec: JSONCodec) -> bytes:
         """The event as the stream sends it, ending with its blank line."""
+        data = self.data
+        if (
+            self.comment is None
+            and self.event is None
+            and self.id is None
+            and self.retry is None
+            and type(data) is str
+            and "\n" not in data
+            and "\r" not in data
+        ):
+            return b"data: %s\n\n" % data.encode()  # the common event: one line of data
         lines: list[str] = []
         if self.comment is not None:
             lines.extend(": " + line for line in _LINES.split(self.comment))
@@ -70,7 +83,6 @@ class ServerSentEvent:
             lines.append("id: " + self.id)
         if self.retry is not None:
             lines.append(f"retry: {self.retry}")
-        data = self.data
         if data is not None:
             if not isinstance(data, str):
                 data = codec.dumps(data).decode()
@@ -83,6 +95,8 @@ def encode_event(item: ServerSentEvent | str | Any, codec: JSONCodec) -> bytes:
     """What an event stream's iterator yielded, as bytes: a str or any data becomes an event's ``data``."""
     if isinstance(item, ServerSentEvent):
         return item.encode(codec)
+    if type(item) is str and "\n" not in item and "\r" not in item:
+        return b"data: %s\n\n" % item.encode()  # one line of data: no event to make
     return ServerSentEvent(data=item).encode(codec)
 
 

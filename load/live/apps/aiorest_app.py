@@ -39,13 +39,13 @@ async def ws(socket: WebSocket) -> None:
 
 @app.get("/sse")
 async def sse(request: Request) -> EventSourceResponse:
-    async def events() -> AsyncIterator[ServerSentEvent]:
+    async def events() -> AsyncIterator[ServerSentEvent | str]:
         queue: asyncio.Queue[str] = asyncio.Queue(QUEUE)
         streams.add(queue)
         try:
             yield ServerSentEvent(comment="ok")
             while True:
-                yield ServerSentEvent(data=await queue.get())
+                yield await queue.get()  # plain data: each an event's data (EventSourceResponse)
         finally:
             streams.discard(queue)
 
