@@ -199,13 +199,14 @@ async def list_notes(
     whatever the case. ``next`` keeps the limit and the filters.
     """
     limit = min(limit, MAX_LIMIT)
-    rows = await _db(request).fetchall(*queries.notes_page(await _owner(request), after, limit, done, q))
-    more = len(rows) > limit
-    rows = rows[:limit]
+    sql, params = queries.notes_page(await _owner(request), after, limit, done, q)
+    notes = await _db(request).fetchall(sql, params, into=Note)  # the rows as Notes, no dict between
+    more = len(notes) > limit
+    notes = notes[:limit]
     next_url = None
     if more:
-        next_url = f"{request.url_for('notes')}?{queries.next_page(rows[-1]['id'], limit, done, q)}"
-    return NotePage([Note(**row) for row in rows], next_url)
+        next_url = f"{request.url_for('notes')}?{queries.next_page(notes[-1].id, limit, done, q)}"
+    return NotePage(notes, next_url)
 
 
 @router.post("/notes", status=201)

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import psycopg2
 
 from .errors import Params, translate
+from .rows import row_maker
 
 if TYPE_CHECKING:
     from .driver import DatabaseConnection
 
 __all__ = ["Queries", "Transaction"]
+
+_T = TypeVar("_T")
 
 
 class Queries:
@@ -26,9 +29,16 @@ class Queries:
     async def _execute(self, sql: str, params: Params) -> Any:
         raise NotImplementedError
 
-    async def fetchall(self, sql: str, params: Params = None) -> list[dict[str, Any]]:
-        """Every row, as dicts keyed by column name."""
+    @overload
+    async def fetchall(self, sql: str, params: Params = None) -> list[dict[str, Any]]: ...
+    @overload
+    async def fetchall(self, sql: str, params: Params = None, *, into: type[_T]) -> list[_T]: ...
+    async def fetchall(self, sql: str, params: Params = None, *, into: type[Any] | None = None) -> list[Any]:
+        """Every row, as dicts keyed by column name; ``into``: as objects of that type, made straight from
+        the row (see :func:`row_maker`: a msgspec Struct, ``tuple``, or a class taking the columns by name)."""
         cursor = await self._execute(sql, params)
+        if into is not None:
+            return row_maker(into, cursor.description)(cursor.fetchall())
         names = [column.name for column in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
@@ -38,12 +48,18 @@ class Queries:
         rows: list[tuple[Any, ...]] = cursor.fetchall()
         return rows
 
-    async def fetchone(self, sql: str, params: Params = None) -> dict[str, Any] | None:
-        """The first row as a dict, or None."""
+    @overload
+    async def fetchone(self, sql: str, params: Params = None) -> dict[str, Any] | None: ...
+    @overload
+    async def fetchone(self, sql: str, params: Params = None, *, into: type[_T]) -> _T | None: ...
+    async def fetchone(self, sql: str, params: Params = None, *, into: type[Any] | None = None) -> Any:
+        """The first row as a dict (``into``: as that type, like :meth:`fetchall`), or None."""
         cursor = await self._execute(sql, params)
         row = cursor.fetchone()
         if row is None:
             return None
+        if into is not None:
+            return row_maker(into, cursor.description)([row])[0]
         return {column.name: value for column, value in zip(cursor.description, row, strict=True)}
 
     async def fetchval(self, sql: str, params: Params = None) -> Any:

@@ -10,11 +10,13 @@ of other types, which must not reuse a statement prepared for the first ones.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 import uuid
 from typing import Any
 
+import msgspec
 import psycopg2
 import psycopg2.extras
 import pytest
@@ -89,9 +91,10 @@ def _expected(reference, sql: str, params: Any) -> Any:
         return _typed(cursor.fetchall())
 
 
-async def _got(db: Database, sql: str, params: Any) -> Any:
+async def _got(db: Database, sql: str, params: Any, *, into_tuples: bool = False) -> Any:
     try:
-        return _typed(await db.fetchrows(sql, params))
+        rows = await (db.fetchall(sql, params, into=tuple) if into_tuples else db.fetchrows(sql, params))
+        return _typed(rows)
     except Exception as exc:
         return type(exc)
 
@@ -110,10 +113,65 @@ async def test_statements_give_what_psycopg2_gives(shared_database_url, referenc
             expected = _expected(reference, sql, params)
             for attempt in ("first", "again"):
                 assert await _got(db, sql, params) == expected, (sql, params, attempt)
+            assert await _got(db, sql, params, into_tuples=True) == expected, (sql, params, "into=tuple")
         # One text, parameters of other types each time: each answer is psycopg2's.
         for params in [(5,), ("5",), (True,), (2**40,), (None,), (5,)]:
             assert await _got(db, "SELECT %s", params) == _expected(reference, "SELECT %s", params), params
         async with db.transaction():  # in a transaction too
             assert await _got(db, "SELECT %s, '%%'", (7,)) == _expected(reference, "SELECT %s, '%%'", (7,))
+    finally:
+        await db.close()
+
+
+class _Row(msgspec.Struct):
+    id: int
+    title: str
+    done: bool
+    price: decimal.Decimal
+    at: datetime.datetime
+    doc: Any
+    tag: str = "default"
+
+
+class _KeywordRow(msgspec.Struct, kw_only=True):
+    title: str
+    id: int
+
+
+@dataclasses.dataclass
+class _DataRow:
+    id: int
+    title: str
+
+
+ROW = (
+    "SELECT n AS id, 'note ' || n AS title, n % 2 = 0 AS done, 1.10::numeric * n AS price,"
+    " '2024-02-29 13:14:15.123456+01'::timestamptz + n * interval '1 day' AS at,"
+    """ ('{"a": [' || n || ']}')::jsonb AS doc FROM generate_series(1, 3) AS n ORDER BY n"""
+)
+
+
+@pytest.mark.parametrize("driver", ["psycopg2", "aiopg"])
+async def test_rows_go_straight_into_objects_with_the_values_and_types_of_the_dicts(shared_database_url, driver):
+    db = Database(shared_database_url, min_size=1, max_size=1, driver=driver)
+    await db.open()
+    try:
+        dicts = await db.fetchall(ROW)
+        structs = await db.fetchall(ROW, into=_Row)
+        assert structs == [_Row(**row) for row in dicts]  # by position: the columns are the first fields
+        assert [[type(value) for value in msgspec.structs.astuple(s)] for s in structs] == [
+            [type(value) for value in row.values()] + [str] for row in dicts
+        ]
+        assert structs[0].at.tzinfo is not None and structs[1].doc == {"a": [2]}
+        # by name: the columns in another order, a keyword-only Struct, a dataclass
+        swapped = await db.fetchall("SELECT title, id FROM (" + ROW + ") AS r", into=_KeywordRow)
+        assert swapped == [_KeywordRow(id=row["id"], title=row["title"]) for row in dicts]
+        assert await db.fetchall("SELECT title, id FROM (" + ROW + ") AS r", into=_DataRow) == [
+            _DataRow(row["id"], row["title"]) for row in dicts
+        ]
+        assert await db.fetchone(ROW, into=_Row) == structs[0]
+        assert await db.fetchone(ROW + " LIMIT 0", into=_Row) is None
+        with pytest.raises(TypeError, match="no field for the column.s. extra"):
+            await db.fetchall("SELECT 1 AS id, 2 AS extra", into=_KeywordRow)
     finally:
         await db.close()
