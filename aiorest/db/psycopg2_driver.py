@@ -29,7 +29,7 @@ import psycopg2.extensions
 import psycopg2.extras
 
 from .errors import Params, StatementTimeout, nul_error
-from .statements import inline_integers, integer_types, to_dollar
+from .statements import PreparedStatements, execute_prepared, inline_integers
 
 if TYPE_CHECKING:
     from .driver import ConnectOptions, DatabaseConnection
@@ -85,9 +85,7 @@ class Psycopg2Connection:
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._ticks = 0  # _POLL_EVERY periods the statement in flight has run
-        self._prepared: dict[str | tuple[str, str], str] = {}  # text, or (text, its integer types)
-        # Names given, each once: a PREPARE cancelled with its task may have run on the server all the same.
-        self._names = 0
+        self._statements = PreparedStatements(_PREPARED_MAX)
         self._timed_out = False
         self._cancelling: asyncio.Future[None] | None = None  # a cancel request sent at the timeout
         self.broken = False
@@ -111,31 +109,34 @@ class Psycopg2Connection:
         )
 
     async def execute(self, sql: str, params: Params = None, *, prepare: bool = True) -> Any:
-        """Run one statement; returns psycopg2's cursor, positioned on the results.
-
-        Prepared only without parameters or with integer ones (see integer_types).
-        """
+        """Run one statement; returns psycopg2's cursor, positioned on the results (prepared: statements.py)."""
         if prepare and self._prepare and not isinstance(params, dict):
-            types = integer_types(params)
-            if types is not None:
-                key = sql if params is None else (sql, types)
-                name = self._prepared.get(key)
-                if name is None and self._names < _PREPARED_MAX:
-                    dollar = to_dollar(sql, params)
-                    if dollar is not None:
-                        name = f"aiorest_{self._names}"
-                        self._names += 1
-                        await self._run(f"PREPARE {name}{f' ({types})' if types else ''} AS {dollar}", None)
-                        self._prepared[key] = name
+            found = self._statements.find(sql, params)
+            if found is not None:
+                key, types, name = found
+                name = name or await self._prepare_statement(key, sql, params, types)
                 if name is not None:
-                    if not params:
-                        return await self._run(f"EXECUTE {name}", None)
-                    return await self._run(f"EXECUTE {name} ({', '.join(map(str, params))})", None)
+                    return await self._run(*execute_prepared(name, params))
         if params and not isinstance(params, dict):
             inlined = inline_integers(sql, params)
             if inlined is not None:
                 return await self._run(inlined, None)
         return await self._run(sql, params)
+
+    async def _prepare_statement(self, key: Any, sql: str, params: Params, types: str) -> str | None:
+        """PREPARE the statement (see PreparedStatements); its name, or None to run it unprepared."""
+        if (plan := self._statements.plan(key, sql, params, types, self.raw.get_transaction_status() != _IDLE)) is None:
+            return None
+        name, statement = plan
+        try:
+            await self._run(statement, None)
+        except psycopg2.ProgrammingError:
+            if "unknown" not in types or self.raw.closed:
+                raise
+            self._statements.refuse(key)
+            return None  # run unprepared: it raises its own error, if it has one
+        self._statements.names[key] = name
+        return name
 
     async def _run(self, sql: str, params: Params) -> Any:
         if self._waiter is not None:

@@ -7,13 +7,19 @@ returns exactly what psycopg2 alone returns.
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import math
 import re
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .errors import Params
 
-__all__ = ["inline_integers", "integer_types", "to_dollar"]
+__all__ = ["PreparedStatements", "execute_prepared", "inline_integers", "integer_types", "parameter_types", "to_dollar"]
+
+_Key = str | tuple[str, str]
 
 _PREPARABLE = re.compile(r"^\s*(select|insert|update|delete|with|values)\b", re.IGNORECASE)
 _PERCENT = re.compile(r"%.?", re.DOTALL)
@@ -75,10 +81,64 @@ def integer_types(params: Params) -> str | None:
     for value in params:
         if type(value) is not int:
             return None
-        types.append(
-            "int4" if -0x8000_0000 <= value <= 0x7FFF_FFFF else "int8" if -(1 << 63) <= value < 1 << 63 else "numeric"
-        )
+        types.append(_integer_type(value))
     return ",".join(types)
+
+
+def parameter_types(params: Params) -> str | None:
+    """The types PostgreSQL gives psycopg2's literals of ``params``, for PREPARE: ``"int4,unknown,bool"``.
+
+    ``""`` for no parameters; None for a parameter whose literal's type cannot be
+    told from its Python value alone (a list, a dict, an adapter of the app's):
+    the statement then runs unprepared. Each type is the literal's own, so that
+    the prepared statement, given the same literal in ``EXECUTE``, returns what
+    the statement unprepared returns: a str (``'…'``) and None (``NULL``) are
+    ``unknown``, which PostgreSQL types from where the parameter stands, as it
+    types the literal; a finite float is written ``1.5``, a numeric.
+    """
+    if not params:
+        return ""
+    if isinstance(params, Mapping):
+        return None  # %(name)s: left to psycopg2
+    types = []
+    value: Any
+    for value in params:
+        kind = type(value)
+        if kind is int:
+            types.append(_integer_type(value))
+        else:
+            name = _LITERAL_TYPES.get(kind)
+            if name is None:
+                if kind is not float:
+                    return None
+                name = "numeric" if math.isfinite(value) else "float8"  # 'NaN'::float, 'Infinity'::float
+            elif kind is datetime.datetime:
+                name = name if value.tzinfo is None else "timestamptz"
+            elif kind is datetime.time and value.tzinfo is not None:
+                return None
+            types.append(name)
+    return ",".join(types)
+
+
+def _integer_type(value: int) -> str:
+    return "int4" if -0x8000_0000 <= value <= 0x7FFF_FFFF else "int8" if -(1 << 63) <= value < 1 << 63 else "numeric"
+
+
+# The type of psycopg2's literal for a parameter of each Python type (float and int: by value, above).
+_LITERAL_TYPES: dict[type, str] = {
+    str: "unknown",
+    type(None): "unknown",
+    bool: "bool",
+    decimal.Decimal: "numeric",
+    bytes: "bytea",
+    bytearray: "bytea",
+    memoryview: "bytea",
+    datetime.date: "date",
+    datetime.time: "time",
+    datetime.datetime: "timestamp",
+    datetime.timedelta: "interval",
+    uuid.UUID: "uuid",
+}
 
 
 def inline_integers(sql: str, params: Sequence[Any]) -> str | None:
@@ -97,3 +157,52 @@ def inline_integers(sql: str, params: Sequence[Any]) -> str | None:
 def _integer(value: int) -> str:
     # "-7::text" would be -(7::text), and "1-%s" would become "1--7", a comment.
     return str(value) if value >= 0 else f"({value})"
+
+
+class PreparedStatements:
+    """One connection's prepared statements: a name for each text and parameters' types, ``limit`` at most
+    (each holds its plan in the backend for the connection's life), and the texts PREPARE could not type.
+
+    A parameter typed ``unknown`` (a str, None) is typed by PostgreSQL from where it stands, as its literal
+    would be; where nothing tells (``SELECT %s IS NULL``) the PREPARE fails and the literal does not, so
+    such a text is not prepared: outside a transaction it is tried once and then refused (``refuse``),
+    inside one not tried at all (a failed statement would abort the transaction).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.names: dict[_Key, str] = {}
+        self._refused: set[_Key] = set()
+        self._made = 0  # names given, each once: a PREPARE cancelled with its task may have run all the same
+
+    def find(self, sql: str, params: Params) -> tuple[_Key, str, str | None] | None:
+        """The statement's key, its parameters' types and its name if prepared; None: never prepared."""
+        types = parameter_types(params)
+        if types is None:
+            return None
+        key = sql if params is None else (sql, types)
+        return key, types, self.names.get(key)
+
+    def plan(self, key: _Key, sql: str, params: Params, types: str, in_transaction: bool) -> tuple[str, str] | None:
+        """The name and the PREPARE to run for a statement not prepared yet; None: run it unprepared."""
+        if key in self._refused or self._made >= self.limit or ("unknown" in types and in_transaction):
+            return None
+        dollar = to_dollar(sql, params)
+        if dollar is None:
+            return None
+        name = f"aiorest_{self._made}"
+        self._made += 1
+        return name, f"PREPARE {name}{f' ({types})' if types else ''} AS {dollar}"
+
+    def refuse(self, key: _Key) -> None:
+        if len(self._refused) < self.limit:
+            self._refused.add(key)
+
+
+def execute_prepared(name: str, params: Params) -> tuple[str, Params]:
+    """The EXECUTE of the statement ``name`` with ``params``: integers inlined, the others adapted by psycopg2."""
+    if not params:
+        return f"EXECUTE {name}", None
+    if type(params) is tuple and integer_types(params) is not None:
+        return f"EXECUTE {name} ({', '.join(map(str, params))})", None
+    return f"EXECUTE {name} ({', '.join(['%s'] * len(params))})", params

@@ -119,6 +119,13 @@ async def test_statements_give_what_psycopg2_gives(shared_database_url, referenc
             assert await _got(db, "SELECT %s", params) == _expected(reference, "SELECT %s", params), params
         async with db.transaction():  # in a transaction too
             assert await _got(db, "SELECT %s, '%%'", (7,)) == _expected(reference, "SELECT %s, '%%'", (7,))
+            assert await _got(db, "SELECT %s::text", ("in",)) == _expected(reference, "SELECT %s::text", ("in",))
+        if mode == "prepared":
+            texts = [row["statement"] for row in await db.fetchall("SELECT statement FROM pg_prepared_statements")]
+            # a str is prepared typed unknown, as its literal is; a text PREPARE cannot type so is not (it runs
+            # unprepared), and one with a str is not tried inside a transaction (a failure would abort it)
+            assert any("$1 || $2" in text for text in texts) and any("WHERE n > $1" in text for text in texts)
+            assert not any("$1 IS NULL" in text or "$1::text" in text for text in texts)
     finally:
         await db.close()
 
