@@ -15,6 +15,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from psycopg2.extras import Json  # type: ignore[import-untyped]
+
 from .errors import Params
 
 __all__ = ["PreparedStatements", "execute_prepared", "inline_integers", "integer_types", "parameter_types", "to_dollar"]
@@ -103,21 +105,47 @@ def parameter_types(params: Params) -> str | None:
     types = []
     value: Any
     for value in params:
-        kind = type(value)
-        if kind is int:
-            types.append(_integer_type(value))
-        else:
-            name = _LITERAL_TYPES.get(kind)
-            if name is None:
-                if kind is not float:
-                    return None
-                name = "numeric" if math.isfinite(value) else "float8"  # 'NaN'::float, 'Infinity'::float
-            elif kind is datetime.datetime:
-                name = name if value.tzinfo is None else "timestamptz"
-            elif kind is datetime.time and value.tzinfo is not None:
-                return None
-            types.append(name)
+        name = _array_type(value) if type(value) is list else _literal_type(value)
+        if name is None:
+            return None
+        types.append(name)
     return ",".join(types)
+
+
+def _literal_type(value: Any) -> str | None:
+    kind = type(value)
+    if kind is int:
+        return _integer_type(value)
+    name = _LITERAL_TYPES.get(kind)
+    if name is None:
+        if kind is not float:
+            return None
+        return "numeric" if math.isfinite(value) else "float8"  # 'NaN'::float, 'Infinity'::float
+    if kind is datetime.datetime:
+        return name if value.tzinfo is None else "timestamptz"
+    if kind is datetime.time and value.tzinfo is not None:
+        return None
+    return name
+
+
+def _array_type(values: list[Any]) -> str | None:
+    """The type of psycopg2's ``ARRAY[…]`` of a flat list whose items' literals share a type (unknown when empty).
+
+    Integers of several sizes: the widest. Only strs and Nones: ``text[]`` (PostgreSQL makes an array of
+    unknown literals one of text). Other mixes, and lists in lists, run unprepared.
+    """
+    if all(item is None for item in values):
+        return "unknown"  # '{}', '{NULL,NULL}': psycopg2 writes these as strings
+    kinds = {"unknown" if item is None else _literal_type(item) for item in values}
+    if None in kinds or len(kinds) > 2 or (len(kinds) == 2 and not kinds <= _INTEGERS):
+        return None
+    if kinds <= _INTEGERS:
+        return next(name for name in ("numeric", "int8", "int4") if name in kinds) + "[]"
+    name = "text" if kinds == {"unknown"} else kinds.pop()
+    return f"{name}[]"
+
+
+_INTEGERS = frozenset({"int4", "int8", "numeric"})
 
 
 def _integer_type(value: int) -> str:
@@ -127,6 +155,7 @@ def _integer_type(value: int) -> str:
 # The type of psycopg2's literal for a parameter of each Python type (float and int: by value, above).
 _LITERAL_TYPES: dict[type, str] = {
     str: "unknown",
+    Json: "unknown",  # a quoted string, '{"a": 1}': the statement casts it (%s::jsonb) or PostgreSQL types it
     type(None): "unknown",
     bool: "bool",
     decimal.Decimal: "numeric",

@@ -50,6 +50,10 @@ STATEMENTS: list[tuple[str, Any]] = [
     ("SELECT %s", (datetime.timedelta(days=1, seconds=5),)),
     ("SELECT %s", (uuid.UUID("12345678-1234-5678-1234-567812345678"),)),
     ("SELECT %s, %s", ([1, 2], ["a", None])),
+    ("SELECT %s, %s, %s", ([2**40, 1], [], [None, None])),
+    ("SELECT %s, %s, %s", ([True, False], [1.5, 2], [NOW.date()])),
+    ("SELECT %s = ANY(%s), %s", ("a", ["a", "b"], [[1, 2], [3, 4]])),
+    ("SELECT %s", (psycopg2.extras.Json({"a": 1}),)),
     ("SELECT %s::jsonb", (psycopg2.extras.Json({"a": [1, "b"]}),)),
     ("SELECT %s::json", (psycopg2.extras.Json([1.5, None]),)),
     ("SELECT %(x)s, %(y)s", {"x": 1, "y": "two"}),
@@ -121,10 +125,16 @@ async def test_statements_give_what_psycopg2_gives(shared_database_url, referenc
             assert await _got(db, "SELECT %s, '%%'", (7,)) == _expected(reference, "SELECT %s, '%%'", (7,))
             assert await _got(db, "SELECT %s::text", ("in",)) == _expected(reference, "SELECT %s::text", ("in",))
         if mode == "prepared":
-            texts = [row["statement"] for row in await db.fetchall("SELECT statement FROM pg_prepared_statements")]
+            prepared = await db.fetchall("SELECT statement, parameter_types::text AS types FROM pg_prepared_statements")
+            texts = [row["statement"] for row in prepared]
+            types = " ".join(row["types"] for row in prepared)
             # a str is prepared typed unknown, as its literal is; a text PREPARE cannot type so is not (it runs
             # unprepared), and one with a str is not tried inside a transaction (a failure would abort it)
             assert any("$1 || $2" in text for text in texts) and any("WHERE n > $1" in text for text in texts)
+            # Json is a quoted string (unknown), a flat list an ARRAY of its items' type; a list of lists is not
+            assert any("$1::jsonb" in text for text in texts)
+            assert all(name in types for name in ("bigint[]", "boolean[]", "numeric[]", "date[]", "text[]"))
+            assert not any("= ANY($2)" in text for text in texts)
             assert not any("$1 IS NULL" in text or "$1::text" in text for text in texts)
     finally:
         await db.close()
