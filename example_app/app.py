@@ -77,7 +77,9 @@ def create_app(database: Database | None = None) -> App:
     # attachments are keyed: the users' routes hand out sessions and tokens, which no store may
     # keep and no replay may hand out again.
     idempotency = Idempotency(PostgresIdempotencyStore(database), scope=user_scope)
-    accounts = Router(middleware=[SessionMiddleware(sessions), users.auth(database)])
+    session_middleware = SessionMiddleware(sessions)
+    app.state.session_cookie = session_middleware.cookie_name  # GET /notes reads a bearer token alone without it
+    accounts = Router(middleware=[session_middleware, users.auth(database)])
     accounts.include(users.router)
     keyed = Router(middleware=[idempotency])
     keyed.include(notes_router)

@@ -63,6 +63,21 @@ def notes_page(owner_id: int, after: int, limit: int, done: bool | None, q: str 
     return f"SELECT {NOTE_COLUMNS} FROM notes WHERE {' AND '.join(where)} ORDER BY id LIMIT %s", (*params, limit + 1)
 
 
+def notes_page_by_token(
+    token_hash: str, after: int, limit: int, done: bool | None, q: str | None
+) -> tuple[str, tuple[Any, ...]]:
+    """:func:`notes_page` of the user a bearer token names, and the user, in one statement.
+
+    Each row is the user (id, username), then a note's columns; no row: no such token (or expired); one
+    row of NULL note columns: the user has no note on this page. The token's lookup is USER_BY_TOKEN's.
+    """
+    notes, params = notes_page(0, after, limit, done, q)
+    notes = notes.replace("owner_id = %s", "owner_id = me.id", 1)
+    sql = f"SELECT me.id, me.username, page.* FROM ({USER_BY_TOKEN}) AS me LEFT JOIN LATERAL ({notes}) AS page ON true"
+    sql += " ORDER BY page.id"
+    return sql, (token_hash, *params[1:])
+
+
 def next_page(last_id: int, limit: int, done: bool | None, q: str | None) -> str:
     """The query string of the page after the note ``last_id``: the same limit and filters."""
     query = f"after={last_id}&limit={limit}"

@@ -238,6 +238,40 @@ async def test_a_bad_authorization_header_is_401_never_500(client, authorization
         assert response.status == 401
 
 
+async def test_a_bearer_list_answers_as_a_session_s_and_a_session_comes_first(client, app):
+    # GET /notes with a bearer token alone joins the token's lookup to the page (checks_login): the same
+    # page, the same 401s and challenges, and the session's user first when a session cookie comes too
+    name, other = username(), username()
+    await log_in(client, name)  # the session, in the client's jar
+    for n in range(3):
+        async with client.post("/notes", json={"title": f"note {n}", "done": n == 1}) as response:
+            assert response.status == 201
+    async with client.get("/notes?limit=1&done=false") as response:
+        by_session = await response.json()
+    await register(client, other)
+    token, others = await token_for(client, name), await token_for(client, other)
+    async with aiohttp.ClientSession(base_url=client.url, headers=bearer(token)) as api:
+        async with api.get("/notes?limit=1&done=false") as response:
+            assert response.status == 200 and await response.json() == by_session  # next link included
+        async with api.get(by_session["next"]) as response:
+            assert [note["title"] for note in (await response.json())["items"]] == ["note 2"]
+        async with api.get("/notes?after=999999999") as response:
+            assert await response.json() == {"items": [], "next": None}  # a user, no note on the page
+        async with api.get("/notes", headers=bearer(others)) as response:
+            assert (await response.json())["items"] == []  # bob's token: bob's notes, none
+    await app.state.db.execute(
+        "UPDATE api_tokens SET expires_at = now() - interval '1 second' WHERE token_hash = %s", (token_hash(token),)
+    )
+    async with aiohttp.ClientSession(base_url=client.url, headers=bearer(token)) as api:
+        async with api.get("/notes") as response:
+            assert await error_of(response) == (401, "authentication required")
+            assert (
+                response.headers["WWW-Authenticate"] == 'Session realm="app", Bearer realm="api", error="invalid_token"'
+            )
+    async with client.get("/notes", headers=bearer(others)) as response:  # a session cookie too: its user
+        assert len((await response.json())["items"]) == 3
+
+
 async def test_notes_need_a_login(client):
     for method, path in [("GET", "/notes"), ("POST", "/notes"), ("GET", "/notes/1"), ("DELETE", "/notes/1")]:
         async with client.request(method, path, json={"title": "x"}) as response:

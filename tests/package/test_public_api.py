@@ -40,6 +40,8 @@ DOCUMENTED = {
     ],
     "aiorest.security": [
         "AnyIdentity",
+        "checks_login",
+        "remember_identity",
         "Auth",
         "BearerTokenIdentity",
         "Hit",
