@@ -297,6 +297,12 @@ class HandlerDriver:
             logger.exception("answering %s %s failed", request.method, request.path)
             self._abandon(request)
 
+    def log_switch(self, request: Request) -> None:
+        """``request``'s connection changed protocol (a WebSocket accepted): its access log line, status 101,
+        as the 101 goes out (the handler goes on with the WebSocket; nginx logs one line too)."""
+        if self._access_log is not None:
+            self._access_log.log(request, 101, 0, self._started)
+
     def _abandon(self, request: Request) -> None:
         self._background.discard(request)
         request.keep_alive = False

@@ -213,6 +213,7 @@ class HttpProtocol(asyncio.Protocol):
         state.connections.discard(self)
         websocket = WebSocketConnection(protocol, limits, state, self._loop)
         websocket.start(transport, received)
+        self._driver.log_switch(request)
         return websocket
 
     # -- the body source of its requests, flow control and deadlines ---------------------------

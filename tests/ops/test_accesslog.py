@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import aiohttp
 import pytest
 
 import aiorest
@@ -194,6 +195,29 @@ async def test_the_combined_format_from_a_real_server(tmp_path):
         response.header("x-request-id") for response in responses
     ]
     assert re.fullmatch(r"\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d \+0000", json_line["time"])
+
+
+async def test_an_accepted_websocket_has_its_line_with_101(tmp_path):
+    app = App()
+
+    @app.websocket("/ws/{room}")
+    async def ws(socket: aiorest.WebSocket) -> None:
+        await socket.accept()
+        await socket.send_text(await socket.receive_text())
+
+    path = tmp_path / "access.log"
+    server = Server(app, port=0, access_log=str(path))
+    await server.start()
+    try:
+        async with aiohttp.ClientSession() as client:
+            async with client.ws_connect(f"http://127.0.0.1:{server.port}/ws/lobby") as socket:
+                await socket.send_str("hi")
+                assert (await socket.receive_str()) == "hi"
+    finally:
+        await server.stop()
+    [line] = [COMBINED.fullmatch(text) for text in path.read_text().splitlines()]
+    assert line is not None and line["request"] == "GET /ws/lobby HTTP/1.1" and line["status"] == "101"
+    assert line["route"] == "/ws/{room}" and line["bytes"] == "0"
 
 
 async def test_json_lines_on_stdout_chosen_by_environment_variables():
