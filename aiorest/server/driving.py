@@ -299,7 +299,7 @@ class HandlerDriver:
 
     def log_switch(self, request: Request) -> None:
         """``request``'s connection changed protocol (a WebSocket accepted): its access log line, status 101,
-        as the 101 goes out (the handler goes on with the WebSocket; nginx logs one line too)."""
+        as the 101 goes out (the handler goes on with the WebSocket)."""
         if self._access_log is not None:
             self._access_log.log(request, 101, 0, self._started)
 
