@@ -77,16 +77,27 @@ class Queries:
 class Transaction(Queries):
     """One held connection: a transaction (depth 1, savepoints deeper), or autocommit (depth 0)."""
 
-    def __init__(self, connection: DatabaseConnection, depth: int) -> None:
+    def __init__(self, connection: DatabaseConnection, depth: int, begin: str | None = None) -> None:
         self._connection = connection
         self._depth = depth
+        # A transaction's BEGIN, not sent yet: it goes with the first statement, in the same round trip.
+        self.unsent_begin = begin
 
     async def run(self, sql: str, params: Params, prepare: bool = True) -> Any:
         """Run ``sql`` on this transaction's connection: its cursor (Database's queries inside one come here)."""
+        begin = self.unsent_begin
         try:
-            return await self._connection.execute(sql, params, prepare=prepare)
-        except psycopg2.Error as exc:
-            raise translate(exc, sql) from exc
+            if begin is None:
+                return await self._connection.execute(sql, params, prepare=prepare)
+            # "BEGIN; <statement>": one round trip, the statement's result is the query's (unprepared)
+            self.unsent_begin = None
+            return await self._connection.execute(f"{begin}; {sql}", params, prepare=False)
+        except BaseException as exc:
+            if begin is not None and not self._connection.sent:  # nothing went: not begun either
+                self.unsent_begin = begin
+            if isinstance(exc, psycopg2.Error):
+                raise translate(exc, sql) from exc
+            raise
 
     _execute = run
 
@@ -97,18 +108,21 @@ class Transaction(Queries):
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
         """BEGIN on an autocommit connection, else a savepoint; rolled back on an exception."""
-        if self._depth == 0:
-            begin, commit, rollback = "BEGIN", "COMMIT", "ROLLBACK"
+        if self._depth == 0:  # BEGIN goes with the transaction's first statement (none: nothing to end)
+            inner = Transaction(self._connection, 1, begin="BEGIN")
+            commit, rollback = "COMMIT", "ROLLBACK"
         else:
             name = f"aiorest_sp_{self._depth}"
-            begin, commit, rollback = f"SAVEPOINT {name}", f"RELEASE SAVEPOINT {name}", f"ROLLBACK TO SAVEPOINT {name}"
-        await self._execute(begin, None, prepare=False)
+            await self._execute(f"SAVEPOINT {name}", None, prepare=False)
+            inner = Transaction(self._connection, self._depth + 1)
+            commit, rollback = f"RELEASE SAVEPOINT {name}", f"ROLLBACK TO SAVEPOINT {name}"
         try:
-            yield Transaction(self._connection, self._depth + 1)
+            yield inner
         except BaseException:
             # A statement cancelled with its task still runs: the pool ends it
             # and rolls the whole transaction back when the connection returns.
-            if not self._connection.broken and not self._connection.interrupted:
+            if inner.unsent_begin is None and not self._connection.broken and not self._connection.interrupted:
                 await self._execute(rollback, None, prepare=False)
             raise
-        await self._execute(commit, None, prepare=False)
+        if inner.unsent_begin is None:
+            await self._execute(commit, None, prepare=False)

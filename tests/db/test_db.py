@@ -89,6 +89,28 @@ async def test_transaction_commits_and_rolls_back_with_savepoints(db):
     assert db.idle == db.size  # every connection came back, idle
 
 
+async def test_begin_goes_with_the_first_statement_and_a_transaction_without_one_sends_nothing(db):
+    async with db.transaction():
+        started = await db.fetchval("SELECT now()")  # "BEGIN; SELECT now()": already in the transaction
+        await asyncio.sleep(0.02)
+        assert await db.fetchval("SELECT now()") == started  # now() is the transaction's start
+    async with db.transaction():
+        pass  # no statement: no BEGIN and no COMMIT went
+    with pytest.raises(UniqueViolation):
+        async with db.transaction():
+            await db.execute("INSERT INTO items VALUES (5, 5), (5, 5)")  # the first statement fails
+    async with db.transaction():
+        with pytest.raises(IndexError):  # psycopg2 refuses it before it is sent: nothing began
+            await db.fetchval("SELECT %s, %s", (1,))
+        await db.execute("INSERT INTO items VALUES (6, 6)")  # begins now, and commits
+        with pytest.raises(RuntimeError):
+            async with db.transaction():  # a savepoint inside
+                await db.execute("INSERT INTO items VALUES (7, 7)")
+                raise RuntimeError("undo the savepoint")
+    assert await db.fetchall("SELECT id FROM items ORDER BY id") == [{"id": 6}]
+    assert db.idle == db.size  # every connection came back, idle (not in a transaction)
+
+
 async def test_errors_map_to_http_statuses(db):
     await db.execute("INSERT INTO items VALUES (1, 1)")
     with pytest.raises(UniqueViolation) as unique:
