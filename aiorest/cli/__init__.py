@@ -1,4 +1,4 @@
-"""``aiorest run module:app``: the command line."""
+"""``aiorest run module:app``, ``migrate``, ``routes`` and ``openapi``: the command line."""
 
 from __future__ import annotations
 
@@ -65,6 +65,14 @@ def _parser() -> argparse.ArgumentParser:
         help="folder of NNNN_name.sql files, or aiorest:NAME for aiorest's own (default migrations);"
         " repeat it to apply several folders in the order given",
     )
+    routes = commands.add_parser("routes", help="list an app's routes: aiorest routes myapp:app")
+    routes.add_argument("app", help="MODULE:APP, e.g. myapp:app")
+    openapi = commands.add_parser(
+        "openapi", help="write an app's OpenAPI document: aiorest openapi myapp:app [--output openapi.json]"
+    )
+    openapi.add_argument("app", help="MODULE:APP, e.g. myapp:app")
+    openapi.add_argument("--output", "-o", help="a file to write (default stdout)")
+    openapi.add_argument("--indent", type=int, default=2, help="JSON indentation (default 2; 0: one line)")
     migrate.add_argument("--dsn", help="PostgreSQL URL (default $DATABASE_URL)")
     migrate.add_argument(
         "--driver",
@@ -132,6 +140,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         _run(args)
     elif args.command == "migrate":
         raise SystemExit(_migrate(args.action, args.dirs or ["migrations"], args.dsn, args.driver))
+    elif args.command == "routes":
+        from .inspecting import route_lines
+
+        print("\n".join(route_lines(load_app(args.app))))
+    elif args.command == "openapi":
+        from .inspecting import write_openapi
+
+        write_openapi(load_app(args.app), args.output, args.indent or None)
 
 
 def _run(args: argparse.Namespace) -> None:
