@@ -15,7 +15,7 @@ from .._support.errors import one_line
 from ..app.application import App
 from ..server.listeners import bind_tcp, bind_unix, inherited_socket, remove_unix_socket, systemd_socket
 from ..server.process.supervisor import run_workers
-from ..server.server import WORKERS_LOG_FORMAT, run
+from ..server.server import WORKERS_LOG_FORMAT, configure_logging, run
 from .options import add_flags, config_from
 
 # Seconds a stopping worker has, past --graceful-timeout, for the app's shutdown before SIGKILL.
@@ -164,7 +164,7 @@ def _run(args: argparse.Namespace) -> None:
     # by a reload (SIGHUP) runs the code on disk then.
     _split_spec(args.app)
     # The workers inherit this configuration; the pid tells whose line it is.
-    logging.basicConfig(level=args.log_level.upper(), format=WORKERS_LOG_FORMAT)
+    configure_logging(args.log_level, args.log_format, WORKERS_LOG_FORMAT)
     bound: os.stat_result | None = None  # the unix socket file bound here, removed at exit
     if sock is None:
         where = f"unix:{args.unix}" if args.unix else f"{config.host}:{config.port}"

@@ -4,12 +4,14 @@ from .accesslog import AccessLog
 from .admission import Admission
 from .health import HealthProbes
 from .lag import LoopLagMonitor
+from .logformat import JSONLogFormatter
 from .metrics import Metrics, prepare_multiprocess_dir, prometheus_available, worker_exited
 
 __all__ = [
     "AccessLog",
     "Admission",
     "HealthProbes",
+    "JSONLogFormatter",
     "LoopLagMonitor",
     "Metrics",
     "prepare_multiprocess_dir",

@@ -88,7 +88,8 @@ class ServerConfig:
     (addresses, CIDR ranges, ``unix``, ``*``; a list or a comma-separated string;
     default none). ``access_log``: where to write a line per request (a path, or
     ``-`` for stdout; default none), in ``access_log_format`` (``combined`` or ``json``).
-    ``log_level``: the level :func:`~aiorest.server.run` configures logging with.
+    ``log_level``: the level :func:`~aiorest.server.run` configures logging with; ``log_format``: ``text``, or
+    ``json`` for :class:`~aiorest.ops.JSONLogFormatter`'s lines.
     """
 
     # None on the command line: not given, which --unix needs to know (cli/options.py)
@@ -118,6 +119,14 @@ class ServerConfig:
     loop_lag_report: str | None = _option(None, Flag("write event-loop lag percentiles (JSON) at exit", metavar="FILE"))
     log_level: str = _option(
         "info", Flag("level of the server's log (default info)", choices=("debug", "info", "warning", "error"))
+    )
+    log_format: str = _option(
+        "text",
+        Flag(
+            "text (default) or json: one JSON object a line, with the request id (the app's log and aiorest's)",
+            env="AIOREST_LOG_FORMAT",
+            choices=("text", "json"),
+        ),
     )
     # admission control, cancellation, health and metrics (docs/deployment.rst)
     max_concurrency: int | None = _option(

@@ -19,6 +19,7 @@ from ..ops.accesslog import AccessLog
 from ..ops.admission import Admission
 from ..ops.health import HealthProbes
 from ..ops.lag import LoopLagMonitor
+from ..ops.logformat import JSONLogFormatter
 from .config import DEFAULT_QUEUE_TIMEOUT, ServerConfig, keyword_parameters
 from .listeners import bind_unix, remove_unix_socket
 from .protocol import HttpProtocol, ServerState
@@ -40,6 +41,19 @@ _LAG_INTERVAL = 0.05  # the event-loop lag metric's timer
 IDLE_GRACE = 2.0
 # What run() logs with: the request id is "-" outside a request (see requestid.py).
 LOG_FORMAT = "%(asctime)s [%(request_id)s] %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging(level: str, log_format: str, text_format: str) -> None:
+    """The root logger at ``level``, its lines ``text_format`` or JSON (``log_format="json"``), unless the
+    app configured logging itself (``logging.basicConfig`` does nothing then)."""
+    if log_format == "json":
+        handler = logging.StreamHandler()
+        handler.setFormatter(JSONLogFormatter())
+        logging.basicConfig(level=level.upper(), handlers=[handler])
+    else:
+        logging.basicConfig(level=level.upper(), format=text_format)
+
+
 # With --workers, the pid tells whose line it is (the workers inherit the parent's configuration).
 WORKERS_LOG_FORMAT = "%(asctime)s [%(request_id)s] %(levelname)s %(name)s[%(process)d]: %(message)s"
 
@@ -324,7 +338,7 @@ def run(
     instead of being logged (a worker hands it to its parent this way).
     """
     config = ServerConfig.of(config, options, what="run()")
-    logging.basicConfig(level=config.log_level.upper(), format=LOG_FORMAT)
+    configure_logging(config.log_level, config.log_format, LOG_FORMAT)
     server = Server(app, config)
     listening = False
 

@@ -131,7 +131,14 @@ DOCUMENTED = {
         "WebSocketDisconnect",
         "WebSocketLimits",
     ],
-    "aiorest.ops": ["Admission", "HealthProbes", "Metrics", "prepare_multiprocess_dir", "worker_exited"],
+    "aiorest.ops": [
+        "Admission",
+        "HealthProbes",
+        "JSONLogFormatter",
+        "Metrics",
+        "prepare_multiprocess_dir",
+        "worker_exited",
+    ],
     "aiorest.testing": ["TestClient", "AiorestTestServer", "EventStream"],
     "aiorest.cli": ["main", "load_app"],
     "aiorest.server": [
