@@ -1,7 +1,7 @@
 """Benchmarks: aiorest against aiohttp.web (and the raw-protocol ceiling), side by side.
 
     python bench/run.py core --rounds 30            # /json, /plaintext: aiorest, aiohttp, ceiling
-    python bench/run.py db --rounds 10              # TechEmpower DB endpoints on PostgreSQL
+    python bench/run.py db --rounds 10              # TechEmpower DB endpoints: aiorest, aiohttp, bare asyncpg
     python bench/run.py drivers --rounds 30         # the example app on its two database drivers
     python bench/run.py --smoke --contenders aiohttp,ceiling --endpoints json   # a quick check
     python bench/run.py core --against /tmp/old-aiorest --contenders aiorest    # this tree over another
@@ -74,6 +74,8 @@ DB = [
     Contender("aiohttp", [sys.executable, str(SERVERS / "aiohttp_app.py"), "--port", "{port}"]),
     # the floor: no framework, a bare protocol and an asyncpg pool (what issue 38 measures aiorest against)
     Contender("asyncpg-bare", [sys.executable, str(SERVERS / "db_asyncpg.py"), "--port", "{port}"]),
+    # ... without the reset query asyncpg's pool sends on every release: the least Python on asyncpg does
+    Contender("asyncpg-lean", [sys.executable, str(SERVERS / "db_asyncpg.py"), "--port", "{port}", "--no-reset"]),
 ]
 # The example app on each database driver (docs/database.rst, choosing a driver).
 DRIVERS = [

@@ -13,6 +13,11 @@ asking PostgreSQL or writing JSON.
 
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/hello_world python bench/servers/db_asyncpg.py --port 8080
 
+asyncpg's pool, as shipped, sends a reset (``SELECT pg_advisory_unlock_all();
+CLOSE ALL; UNLISTEN *; RESET ALL;``) each time a connection goes back to it: a
+second round trip for every request. ``--no-reset`` leaves it out (these handlers
+change no session state), the least a Python server on asyncpg can do.
+
 Routes: /db, /queries?queries=N, /fortunes, /updates?queries=N (TFB's rules,
 shared/TFB.md) and /ready. Anything else is a 404.
 """
@@ -176,11 +181,19 @@ class Bare(asyncio.Protocol):
             self.next_request()
 
 
-async def main(port: int) -> None:
+class NoReset(asyncpg.Connection):  # type: ignore[misc]
+    """A connection the pool hands back without a reset query (an open transaction is still rolled back)."""
+
+    def get_reset_query(self) -> str:
+        return ""
+
+
+async def main(port: int, reset: bool) -> None:
     loop = asyncio.get_running_loop()
     refresh_date(loop)
     dsn = os.environ["DATABASE_URL"]
-    pool = await asyncpg.create_pool(dsn, min_size=POOL_SIZE, max_size=POOL_SIZE)
+    connection_class = asyncpg.Connection if reset else NoReset
+    pool = await asyncpg.create_pool(dsn, min_size=POOL_SIZE, max_size=POOL_SIZE, connection_class=connection_class)
     server = await loop.create_server(lambda: Bare(pool), "127.0.0.1", port, backlog=2048)
     stopped = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stopped.set)
@@ -196,4 +209,6 @@ async def main(port: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
-    uvloop.run(main(parser.parse_args().port))
+    parser.add_argument("--no-reset", action="store_true", help="no reset query when a connection is released")
+    args = parser.parse_args()
+    uvloop.run(main(args.port, not args.no_reset))
