@@ -37,7 +37,7 @@ from html import escape
 from operator import itemgetter
 from typing import cast
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 import ujson
 import uvloop
 
