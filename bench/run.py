@@ -1,7 +1,7 @@
 """Benchmarks: aiorest against aiohttp.web (and the raw-protocol ceiling), side by side.
 
     python bench/run.py core --rounds 30            # /json, /plaintext: aiorest, aiohttp, ceiling
-    python bench/run.py db --rounds 10              # TechEmpower DB endpoints on PostgreSQL
+    python bench/run.py db --rounds 10              # TechEmpower DB endpoints: aiorest, aiohttp, bare asyncpg
     python bench/run.py drivers --rounds 30         # the example app on its two database drivers
     python bench/run.py --smoke --contenders aiohttp,ceiling --endpoints json   # a quick check
     python bench/run.py core --against /tmp/old-aiorest --contenders aiorest    # this tree over another
@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: bench/ is a package
 
+from bench.db_answers import check_answers  # noqa: E402
 from bench.host import describe, one_line  # noqa: E402
 from bench.stats import Summary, bar_chart, median, paired_ratio, summarise  # noqa: E402
 from bench.wrk import WrkResult, require_wrk, run_wrk  # noqa: E402
@@ -71,6 +72,10 @@ EXAMPLE_APP = [sys.executable, "-m", "aiorest", "run", "example_app:app", "--por
 DB = [
     Contender("aiorest", EXAMPLE_APP),
     Contender("aiohttp", [sys.executable, str(SERVERS / "aiohttp_app.py"), "--port", "{port}"]),
+    # the floor: no framework, a bare protocol and an asyncpg pool (what issue 38 measures aiorest against)
+    Contender("asyncpg-bare", [sys.executable, str(SERVERS / "db_asyncpg.py"), "--port", "{port}"]),
+    # ... without the reset query asyncpg's pool sends on every release: the least Python on asyncpg does
+    Contender("asyncpg-lean", [sys.executable, str(SERVERS / "db_asyncpg.py"), "--port", "{port}", "--no-reset"]),
 ]
 # The example app on each database driver (docs/database.rst, choosing a driver).
 DRIVERS = [
@@ -120,11 +125,12 @@ def measure(
     run_wrk(url, connections=connections, seconds=1, **wrk)  # warm-up, discarded
     pg = postgres() if db else []
     server_user, server_kernel = cpu_times([server.process.pid, *child_pids(server.process.pid)])
-    pg_cpu = cpu_seconds(pg)
+    pg_before = {pid: cpu_seconds([pid]) for pid in pg}
     result: WrkResult = run_wrk(url, connections=connections, seconds=seconds, **wrk)
     user, kernel = cpu_times([server.process.pid, *child_pids(server.process.pid)])
     server_cpu, server_kernel = user - server_user + kernel - server_kernel, kernel - server_kernel
-    pg_cpu = cpu_seconds(pg) - pg_cpu
+    # a backend that ends meanwhile (the previous server's, closing) reads 0 after: left out, not subtracted
+    pg_cpu = sum(after - pg_before[pid] for pid in pg if (after := cpu_seconds([pid])) >= pg_before[pid])
     done = result.requests
     if not done:
         # wrk counts only finished requests: none means the run measured nothing (an overloaded machine)
@@ -163,6 +169,8 @@ def run_suite(
             server = ServerProcess(contender.name, contender.command, {**env, **contender.env})
             try:
                 server.wait_ready(paths[0])
+                if db and round_number == 0:  # the same work from each, checked once
+                    check_answers(contender.name, server.url, paths)
                 for path in paths:
                     for connections in levels:
                         elapsed = time.monotonic() - started
@@ -218,9 +226,19 @@ def summarise_suite(raw: list[Record], suite: str, contenders: list[str], paths:
             cell[f"{BASE}/{other}"] = {
                 **paired_ratio(base, rates).__dict__,
                 "median": median([a / b for a, b in zip(base, rates, strict=True) if b]),
+                "server_cpu": cpu_ratio(per[BASE], per[other]),
             }
         table[f"{path} c={connections}"] = cell
     return {"suite": suite, "contenders": contenders, "ratios": [f"{BASE}/{o}" for o in others], "table": table}
+
+
+def cpu_ratio(base: list[Record], other: list[Record]) -> Record:
+    """aiorest's server CPU per request over the other's, paired by round (below 1: aiorest spends less)."""
+    cpu = "server_cpu_us_per_request"
+    theirs = {r["round"]: r[cpu] for r in other if not math.isnan(r[cpu])}
+    pairs = [(r[cpu], theirs[r["round"]]) for r in base if r["round"] in theirs and not math.isnan(r[cpu])]
+    ratio = paired_ratio([a for a, _ in pairs], [b for _, b in pairs])
+    return {**ratio.__dict__, "median": median([a / b for a, b in pairs])}
 
 
 def markdown(summary: Record) -> str:
@@ -230,6 +248,7 @@ def markdown(summary: Record) -> str:
         "endpoint",
         *(f"{c} req/s (95% CI)" for c in contenders),
         *(f"{r} (mean, 95% CI; median)" for r in ratio_keys),
+        *(f"server CPU/req {r} (mean, 95% CI)" for r in ratio_keys),
         f"server CPU µs/req, median ({names})",
         f"p99 ms, median ({names})",
         f"errors (timeouts) ({names})",
@@ -244,12 +263,16 @@ def markdown(summary: Record) -> str:
             f"{cell[r]['mean']:.2f} ({cell[r]['ci_low']:.2f}–{cell[r]['ci_high']:.2f}; {cell[r]['median']:.2f})"
             for r in ratio_keys
         ]
+        cpu_ratios = [
+            f"{c['mean']:.2f} ({c['ci_low']:.2f}–{c['ci_high']:.2f})"
+            for c in (cell[r]["server_cpu"] for r in ratio_keys)
+        ]
         cpu = ", ".join(f"{cell[c]['server_cpu_us']:.1f}" for c in contenders)
         if not math.isnan(cell[contenders[0]]["postgres_cpu_us"]):
             cpu += " (PostgreSQL: " + ", ".join(f"{cell[c]['postgres_cpu_us']:.0f}" for c in contenders) + ")"
         p99 = ", ".join(f"{cell[c]['p99_ms']:.1f}" for c in contenders)
         errors = ", ".join(f"{cell[c]['errors']} ({cell[c]['timeouts']})" for c in contenders)
-        lines.append("| " + " | ".join([key, *rates, *ratios, cpu, p99, errors]) + " |")
+        lines.append("| " + " | ".join([key, *rates, *ratios, *cpu_ratios, cpu, p99, errors]) + " |")
     return "\n".join(lines)
 
 

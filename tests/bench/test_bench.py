@@ -214,3 +214,35 @@ def test_notes_bench_checks_both_answers_alike_and_pairs_the_ratios(tmp_path, pg
     assert len(json.loads((tmp_path / "raw.json").read_text())) == 2
     if importlib.util.find_spec("matplotlib"):
         assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_db_suite_refuses_an_answer_of_another_shape():
+    sys.path.insert(0, str(ROOT))
+    from bench.db_answers import EXTRA_FORTUNE, problem
+
+    world = '{"id":3217,"randomNumber":2149}'
+    assert problem("/db", world, "application/json") is None
+    assert problem("/queries?queries=2", f"[{world},{world}]", "application/json") is None
+    assert "{id, randomNumber}" in problem("/db", '{"id":3217,"randomnumber":2149}', "application/json")
+    assert "2 rows" in problem("/updates?queries=2", f"[{world}]", "application/json")
+    assert problem("/db", world, "text/plain") == "Content-Type text/plain"
+    rows = "".join(f"<tr><td>{i}</td><td>fortune</td></tr>" for i in range(1, 11))
+    page = (
+        rows
+        + "<tr><td>11</td><td>&lt;script&gt;alert(</td></tr><tr><td>12</td><td>フレームワークのベンチマーク</td></tr>"
+    )
+    assert problem("/fortunes", page + EXTRA_FORTUNE, "text/html; charset=utf-8") is None
+    assert "12 rows" in problem("/fortunes", page, "text/html; charset=utf-8")
+
+
+def test_bare_asyncpg_floor_reads_queries_as_the_example_app_does():
+    pytest.importorskip("asyncpg")
+    from example_app.queries import query_count
+
+    spec = importlib.util.spec_from_file_location("db_asyncpg", ROOT / "bench" / "servers" / "db_asyncpg.py")
+    assert spec and spec.loader
+    floor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(floor)
+    for text in ("20", "", "0", "abc", "501", "0005", "1_0", "٥", "99999", "500"):
+        assert floor.query_count(b"x=1&queries=" + text.encode()) == query_count(text), text
+    assert floor.query_count(b"") == query_count(None) == 1
