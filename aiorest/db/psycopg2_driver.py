@@ -39,11 +39,8 @@ __all__ = ["Psycopg2Connection", "Psycopg2Driver"]
 _IDLE = psycopg2.extensions.TRANSACTION_STATUS_IDLE
 _POLL_OK = psycopg2.extensions.POLL_OK
 _POLL_WRITE = psycopg2.extensions.POLL_WRITE
-# A statement in flight polls its connection this often (seconds), events or not.
-_POLL_EVERY = 0.25
-# Statement texts prepared per connection; past this, a new text runs unprepared
-# (each prepared statement holds its plan in the backend for the connection's life).
-_PREPARED_MAX = 256
+_POLL_EVERY = 0.25  # seconds: a statement in flight polls its connection this often, events or not
+_PREPARED_MAX = 256  # texts prepared a connection (each plan lives in the backend); past it, unprepared
 # What cursor.execute raises when it refuses a statement before sending it.
 _REFUSED_BEFORE_SENDING = (ValueError, TypeError, LookupError, psycopg2.ProgrammingError)
 
@@ -84,7 +81,7 @@ class Psycopg2Connection:
         self._writing = False
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._ticks = 0  # _POLL_EVERY periods the statement in flight has run
+        self._began = 0.0  # when the statement in flight was sent (the loop's clock)
         self._statements = PreparedStatements(_PREPARED_MAX)
         self._timed_out = False
         self._cancelling: asyncio.Future[None] | None = None  # a cancel request sent at the timeout
@@ -198,12 +195,12 @@ class Psycopg2Connection:
         waiter = self._loop.create_future()
         self._waiter = waiter
         self._ready()
-        self._ticks = 0
-        self._timer = self._loop.call_later(_POLL_EVERY, self._tick)
+        self._began = self._loop.time()
+        if self._timer is None:  # one timer a connection, not one a statement: it stops when nothing runs
+            self._timer = self._loop.call_later(_POLL_EVERY, self._tick)
         try:
             await waiter
         finally:
-            self._timer.cancel()
             self._waiter = None
 
     async def recover(self) -> None:
@@ -259,8 +256,10 @@ class Psycopg2Connection:
         and keeps the connection; closing it a second later is the safety net
         for a silent server.
         """
-        self._ticks += 1
-        elapsed = self._ticks * _POLL_EVERY
+        self._timer = None
+        if self._waiter is None or self._fd < 0:
+            return  # no statement runs: the next one arms it again
+        elapsed = self._loop.time() - self._began
         if elapsed > self._statement_timeout + 1.0:
             self._on_timeout()
             return
@@ -337,6 +336,9 @@ class Psycopg2Connection:
             with suppress(OSError, RuntimeError):
                 self._loop.remove_reader(fd)
         self.raw.close()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_exception(psycopg2.OperationalError("the connection was closed"))
