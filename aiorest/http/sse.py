@@ -156,14 +156,9 @@ class EventSourceResponse(StreamResponse):
         the end, and writes a heartbeat when ``heartbeat`` seconds went by without a frame.
         """
         loop = asyncio.get_running_loop()
-        last = [loop.time()]  # when the last frame went
-
-        def frame(data: bytes) -> None:
-            write(data)
-            last[0] = loop.time()
-
+        pacing = _Pacing(loop, write)
         first = b"retry: %d\n\n" % self.retry if self.retry is not None else None
-        pump = loop.create_task(_pump(self.content, first, frame, drain, codec))
+        pump = loop.create_task(_pump(self.content, first, pacing, drain, codec))
         # One future, done when the stream is over: registered on each of ``ending`` once. Waiting on ``ending``
         # itself for each event would add and remove a callback on the server's ``stopping``, which every
         # stream shares, a scan of all the others' callbacks each time (N streams: N² per broadcast).
@@ -176,7 +171,7 @@ class EventSourceResponse(StreamResponse):
         ending = (*ending, pump)
         for future in ending:
             future.add_done_callback(end)
-        beat = _Heartbeat(loop, self.heartbeat, last, frame) if self.heartbeat is not None else None
+        beat = _Heartbeat(pacing, self.heartbeat) if self.heartbeat is not None else None
         try:
             await over
         finally:
@@ -191,10 +186,26 @@ class EventSourceResponse(StreamResponse):
             raise pump.exception()  # type: ignore[misc]
 
 
+class _Pacing:
+    """A stream's writes: when the last frame went, and whether the client is behind (a drain waits)."""
+
+    __slots__ = ("loop", "_write", "last", "behind")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, write: Callable[[bytes], None]) -> None:
+        self.loop = loop
+        self._write = write
+        self.last = loop.time()
+        self.behind = False
+
+    def frame(self, data: bytes) -> None:
+        self._write(data)
+        self.last = self.loop.time()
+
+
 async def _pump(
     source: AsyncIterable[Any],
     first: bytes | None,
-    frame: Callable[[bytes], None],
+    pacing: _Pacing,
     drain: Callable[[], Awaitable[None]],
     codec: JSONCodec,
 ) -> None:
@@ -203,14 +214,16 @@ async def _pump(
     iterator = aiter(source)
     try:
         if first is not None:
-            frame(first)
+            pacing.frame(first)
         while True:
             try:
                 item = await anext(iterator)
             except StopAsyncIteration:
                 return
-            frame(encode_event(item, codec))
+            pacing.frame(encode_event(item, codec))
+            pacing.behind = True
             await drain()
+            pacing.behind = False
     except ClientDisconnected:
         return  # the stream ends: the server sees the connection gone
     finally:
@@ -220,27 +233,27 @@ async def _pump(
 
 
 class _Heartbeat:
-    """Writes a comment when ``interval`` seconds went by since the last frame; one timer at a time."""
+    """Writes a comment when ``interval`` seconds went by since the last frame; one timer at a time.
 
-    __slots__ = ("_loop", "_interval", "_last", "_frame", "_timer")
+    None while the client is behind (an event waits for it to read): a heartbeat would only add to what
+    it has not read, every ``interval``, for as long as it stalls."""
 
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, interval: float, last: list[float], frame: Callable[[bytes], None]
-    ) -> None:
-        self._loop = loop
+    __slots__ = ("_pacing", "_interval", "_timer")
+
+    def __init__(self, pacing: _Pacing, interval: float) -> None:
+        self._pacing = pacing
         self._interval = interval
-        self._last = last
-        self._frame = frame
-        self._timer = loop.call_at(last[0] + interval, self._due)
+        self._timer = pacing.loop.call_at(pacing.last + interval, self._due)
 
     def _due(self) -> None:
-        now = self._loop.time()
-        if now - self._last[0] >= self._interval * 0.999:  # (a timer may fire a hair early)
+        pacing = self._pacing
+        due = pacing.loop.time() - pacing.last >= self._interval * 0.999  # (a timer may fire a hair early)
+        if due and not pacing.behind:
             try:
-                self._frame(HEARTBEAT)
+                pacing.frame(HEARTBEAT)
             except ClientDisconnected:
                 return  # no more: the stream is ending
-        self._timer = self._loop.call_at(self._last[0] + self._interval, self._due)
+        self._timer = pacing.loop.call_at(max(pacing.last, pacing.loop.time()) + self._interval, self._due)
 
     def stop(self) -> None:
         self._timer.cancel()

@@ -300,3 +300,29 @@ async def test_a_stream_registers_on_the_shared_ending_futures_once_not_per_even
     assert frames == [b"data: %d\n\n" % n for n in range(50)]
     assert _CountingFuture.added == 1
     assert not stopping.done() and not disconnected.done()
+
+
+async def test_no_heartbeat_piles_up_behind_a_client_that_does_not_read() -> None:
+    # a heartbeat written while an event waits for the client to read would only add to its backlog,
+    # every interval, for as long as it stalls: none goes until the client has read
+    released = asyncio.Event()
+
+    async def events() -> AsyncIterator[str]:
+        yield "one"
+        await asyncio.Event().wait()  # nothing more
+        yield "never"
+
+    async def drain() -> None:
+        await released.wait()
+
+    frames: list[bytes] = []
+    stopping: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    response = EventSourceResponse(events(), heartbeat=0.01)
+    sending = asyncio.ensure_future(response.send(frames.append, drain, CODEC, (stopping,)))
+    await asyncio.sleep(0.15)  # 15 heartbeats' worth, with the client behind
+    assert frames == [b"data: one\n\n"]
+    released.set()
+    await asyncio.sleep(0.1)
+    assert frames[1:] and set(frames[1:]) == {b": ping\n\n"}  # read now: the heartbeats go again
+    stopping.set_result(None)
+    await sending
