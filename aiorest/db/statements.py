@@ -229,9 +229,10 @@ class PreparedStatements:
 
 
 def execute_prepared(name: str, params: Params) -> tuple[str, Params]:
-    """The EXECUTE of the statement ``name`` with ``params``: integers inlined, the others adapted by psycopg2."""
+    """The EXECUTE of the statement ``name`` with ``params``: integers (a tuple or a list of them) inlined,
+    the others adapted by psycopg2."""
     if not params:
         return f"EXECUTE {name}", None
-    if type(params) is tuple and integer_types(params) is not None:
+    if all(type(value) is int for value in params):
         return f"EXECUTE {name} ({', '.join(map(str, params))})", None
     return f"EXECUTE {name} ({', '.join(['%s'] * len(params))})", params
