@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..http.limits import Limits
+from ..ops.accesslog import FORMATS as ACCESS_LOG_FORMATS
+from ..ops.logformat import LOG_FORMATS
 
 __all__ = ["ServerConfig", "Flag", "DEFAULT_QUEUE_TIMEOUT"]
 
@@ -125,7 +127,7 @@ class ServerConfig:
         Flag(
             "text (default) or json: one JSON object a line, with the request id (the app's log and aiorest's)",
             env="AIOREST_LOG_FORMAT",
-            choices=("text", "json"),
+            choices=LOG_FORMATS,
         ),
     )
     # admission control, cancellation, health and metrics (docs/deployment.rst)
@@ -188,7 +190,7 @@ class ServerConfig:
     )
     access_log_format: str = _option(
         "combined",
-        Flag("combined (default) or json lines", env="AIOREST_ACCESS_LOG_FORMAT", choices=("combined", "json")),
+        Flag("combined (default) or json lines", env="AIOREST_ACCESS_LOG_FORMAT", choices=ACCESS_LOG_FORMATS),
     )
 
     def __post_init__(self) -> None:

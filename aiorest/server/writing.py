@@ -203,38 +203,31 @@ async def write_stream(
     content: AsyncIterable[bytes | str] = response.content
     events = isinstance(response, EventSourceResponse) and request.method != "HEAD"  # it closes its iterator
     sent = 0
+
+    def write(piece: bytes) -> None:  # a chunk of the body (an event, a heartbeat), whole
+        nonlocal sent
+        if transport.is_closing():
+            raise ClientDisconnected("the client closed the connection")
+        sent += len(piece)
+        _write_chunk(transport, piece, chunked)
+
     try:
         head = response_head(response, None, chunked, state.header_lines, connection, request.raw_id)
         transport.write(head)
         if events:
             assert isinstance(response, EventSourceResponse)
-
-            def write(frame: bytes) -> None:  # an event or a heartbeat, whole
-                nonlocal sent
-                if transport.is_closing():
-                    raise ClientDisconnected("the client closed the connection")
-                sent += len(frame)
-                _write_chunk(transport, frame, chunked)
-
             await response.send(write, drain, request.app.json, (request.disconnected(), state.stopping()))
-            if transport.is_closing():
-                return None
-            if chunked:
-                transport.write(b"0\r\n\r\n")
-            return sent
-        if request.method != "HEAD":
+        elif request.method != "HEAD":
             async for chunk in content:
                 if isinstance(chunk, str):
                     chunk = chunk.encode()
-                if not chunk:
-                    continue
-                sent += len(chunk)
-                if transport.is_closing():
-                    raise ClientDisconnected("the client closed the connection")
-                _write_chunk(transport, chunk, chunked)
-                await drain()
-            if chunked and not transport.is_closing():
-                transport.write(b"0\r\n\r\n")
+                if chunk:
+                    write(chunk)
+                    await drain()
+        if transport.is_closing():
+            return None if events else sent
+        if chunked and request.method != "HEAD":
+            transport.write(b"0\r\n\r\n")
         return sent
     except ClientDisconnected:
         return None
