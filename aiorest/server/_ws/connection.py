@@ -37,11 +37,15 @@ _utf8 = codecs.getincrementaldecoder("utf-8")
 _last_frame: tuple[str | bytes, bytes] = ("", Frame(_TEXT, b"").serialize(mask=False))
 
 
+_KEPT_FRAME = 64 * 1024  # bytes of the largest frame kept for the next send of the same message
+
+
 def _frame_of(message: str | bytes) -> bytes:
     """``message`` as one unmasked frame, serialized by the ``websockets`` library, without extensions.
 
-    The last message's frame is kept (one, however large: what the message itself holds), and given
-    again for the same object: a broadcast's loop of ``send`` serializes its message once."""
+    The last message's frame is kept, up to 64 KiB, and given again for the same object: a broadcast's
+    loop of ``send`` serializes its message once. A larger message is serialized each time rather than
+    kept alive, twice over, after the broadcast."""
     global _last_frame
     last = _last_frame
     if last[0] is message:
@@ -50,7 +54,8 @@ def _frame_of(message: str | bytes) -> bytes:
         frame = Frame(_TEXT, message.encode()).serialize(mask=False)
     else:
         frame = Frame(_BINARY, bytes(message)).serialize(mask=False)
-    _last_frame = (message, frame)
+    if len(frame) <= _KEPT_FRAME:
+        _last_frame = (message, frame)
     return frame
 
 
