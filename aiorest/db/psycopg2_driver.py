@@ -128,11 +128,10 @@ class Psycopg2Connection:
         try:
             await self._run(statement, None)
         except psycopg2.ProgrammingError:
-            if "unknown" not in types or self.raw.closed:
+            if self.raw.closed or not self._statements.failed(key, types):
                 raise
-            self._statements.refuse(key)
             return None  # run unprepared: it raises its own error, if it has one
-        self._statements.names[key] = name
+        self._statements.prepared(key, name)
         return name
 
     async def _run(self, sql: str, params: Params) -> Any:

@@ -194,7 +194,7 @@ class PreparedStatements:
 
     A parameter typed ``unknown`` (a str, None) is typed by PostgreSQL from where it stands, as its literal
     would be; where nothing tells (``SELECT %s IS NULL``) the PREPARE fails and the literal does not, so
-    such a text is not prepared: outside a transaction it is tried once and then refused (``refuse``),
+    such a text is not prepared: outside a transaction it is tried once and then refused (``failed``),
     inside one not tried at all (a failed statement would abort the transaction).
     """
 
@@ -223,9 +223,18 @@ class PreparedStatements:
         self._made += 1
         return name, f"PREPARE {name}{f' ({types})' if types else ''} AS {dollar}"
 
-    def refuse(self, key: _Key) -> None:
+    def prepared(self, key: _Key, name: str) -> None:
+        """The PREPARE of :meth:`plan` went: ``name`` runs the statement from now on."""
+        self.names[key] = name
+
+    def failed(self, key: _Key, types: str) -> bool:
+        """The PREPARE of :meth:`plan` failed: True when only a parameter typed ``unknown`` can be why (the
+        statement then runs unprepared, as from now on), False for an error of the statement's own."""
+        if "unknown" not in types:
+            return False
         if len(self._refused) < self.limit:
             self._refused.add(key)
+        return True
 
 
 def execute_prepared(name: str, params: Params) -> tuple[str, Params]:
