@@ -153,7 +153,7 @@ class Watcher:
             "worker %d (pid %d) could not start%s: nothing serves; waiting for a change to start it again",
             worker.number,
             worker.pid,
-            " (the error above)" if worker.reason else f": {reason}",  # a reason reported: the worker logged it with its traceback
+            _why(worker, reason),
         )
 
     def close(self) -> None:
@@ -188,7 +188,7 @@ class Changes:
         )
 
     def failed(self, worker: Worker, reason: str, old: int, new: int) -> None:
-        told = " (the error above)" if worker.reason else f": {reason}"  # a reason reported: the worker logged it with its traceback
+        told = _why(worker, reason)
         if old + new:
             logger.warning(
                 "reload failed: new worker %d (pid %d) could not start%s: still serving the code from before the"
@@ -204,6 +204,11 @@ class Changes:
                 worker.pid,
                 told,
             )
+
+
+def _why(worker: Worker, reason: str) -> str:
+    """Why ``worker`` could not start, in a log line: a reason it reported, it logged with its traceback."""
+    return " (the error above)" if worker.reason else f": {reason}"
 
 
 def _shown(path: str) -> str:
