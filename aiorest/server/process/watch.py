@@ -1,10 +1,9 @@
 """``aiorest run --reload``: the app's files watched, a change reloading the worker as SIGHUP does.
 
 The parent forks its workers, so it keeps no thread: watchfiles runs in a process of
-its own, a fresh interpreter (``python -m aiorest.server.process.watch``), which
-writes a JSON line to a pipe for each batch of changes (watchfiles waits until the
-files are quiet for 50 ms, so a burst of writes is one batch). The supervisor
-selects on the pipe (the hook :class:`~.reload.ChangeSource`) and reloads:
+its own, a fresh interpreter (_watching.py), which writes a JSON line to a pipe for
+each batch of changes. The supervisor selects on the pipe (the hook
+:class:`~.reload.ChangeSource`) and reloads:
 the new worker imports the code on disk and serves before the old one is told to
 stop, so the socket, bound once in the parent, refuses no connection. A new worker
 that cannot start leaves the old one serving; the log says so, and the next change
@@ -17,28 +16,26 @@ import json
 import logging
 import os
 import selectors
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
-from pathlib import Path, PurePath
+from pathlib import Path
 
-from .worker import Worker, stop_with_parent
+from .worker import Worker
 
 logger = logging.getLogger("aiorest.server")
 
-__all__ = ["DEFAULT_EXCLUDES", "DEFAULT_INCLUDES", "WatchOptions", "Watcher", "watchfiles_available", "wanted"]
+__all__ = ["DEFAULT_EXCLUDES", "DEFAULT_INCLUDES", "WatchOptions", "Watcher", "watchfiles_available"]
 
 #: The files whose change reloads, always (``--reload-include`` adds to them).
 DEFAULT_INCLUDES = ("*.py",)
 #: Files and directories whose change never reloads (``--reload-exclude`` adds to them): hidden ones
 #: (.git, .venv, an editor's .name.swp), compiled Python, backups (name~) and editors' temporary files (~name).
 DEFAULT_EXCLUDES = (".*", "*.py[cod]", "*~", "~*", "__pycache__")
-MAX_PATHS = 100  # paths of one batch the watcher reports; past it, a count
-MAX_LINE = 256 * 1024  # a report longer than this (it never is: MAX_PATHS paths) is dropped
+MAX_LINE = 256 * 1024  # a report longer than this (it never is: 100 paths at most) is dropped
+START_TIMEOUT = 30.0  # seconds the watching process has to say it watches
 SHOWN = 3  # paths named in the log line of a change; the others are counted
 
 
@@ -73,20 +70,6 @@ class WatchOptions:
         )
 
 
-def wanted(path: str, options: WatchOptions) -> bool:
-    """Whether a change of ``path`` reloads."""
-    full = PurePath(path)
-    relative = full
-    for directory in options.dirs:
-        if full.is_relative_to(directory):
-            relative = full.relative_to(directory)
-            break
-    for pattern in options.excludes:
-        if any(fnmatchcase(part, pattern) for part in relative.parts) or ("/" in pattern and relative.match(pattern)):
-            return False
-    return any(relative.match(pattern) for pattern in options.includes)
-
-
 class Watcher:
     """The parent's side: the watching process, its pipe, what it reported (a :class:`~.reload.ChangeSource`)."""
 
@@ -98,21 +81,23 @@ class Watcher:
         self.watching = False
 
     def start(self) -> None:
-        """Start the watching process (before the workers: changes while the first one imports count)."""
+        """Start the watching process and wait until it watches: a change from then on reloads (it is started
+        before the first worker imports the app). RuntimeError if it does not come to watch."""
         argument = json.dumps({**vars(self.options), "parent": os.getpid()})
-        # aiorest importable there as here, even when only the app's own sys.path found it
-        root = str(Path(__file__).resolve().parents[3])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        program = str(Path(__file__).with_name("_watching.py"))
         self.process = subprocess.Popen(
-            [sys.executable, "-m", __name__, argument], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env
+            [sys.executable, "-P", program, argument], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE
         )
         assert self.process.stdout is not None
+        ready = _read_line(self.process.stdout.fileno(), START_TIMEOUT)
+        if json.loads(ready or "{}").get("ready") is not True:
+            self.close()
+            raise RuntimeError(f"the watching process did not start watching {', '.join(self.options.dirs)}")
         os.set_blocking(self.process.stdout.fileno(), False)
         self.watching = True
-        shown = ", ".join(_shown(d) for d in self.options.dirs)
-        logger.info(
-            "reload: watching %s (%s, not %s)", shown, " ".join(self.options.includes), " ".join(self.options.excludes)
-        )
+        dirs = ", ".join(_shown(d) for d in self.options.dirs)
+        includes, excludes = " ".join(self.options.includes), " ".join(self.options.excludes)
+        logger.info("reload: watching %s (%s, not %s)", dirs, includes, excludes)
 
     def watch(self, selector: selectors.BaseSelector) -> None:
         assert self.process is not None and self.process.stdout is not None
@@ -139,8 +124,8 @@ class Watcher:
         more = 0
         for line in lines:
             report = json.loads(line)
-            paths += report["paths"]
-            more += report["more"]
+            paths += report.get("paths", [])
+            more += report.get("more", 0)
         if not paths:
             return None
         paths = sorted({_shown(path) for path in paths})
@@ -206,6 +191,20 @@ class Changes:
             )
 
 
+def _read_line(fd: int, timeout: float) -> bytes:
+    """The first line written to ``fd`` (blocking) within ``timeout`` seconds; b"" if none came."""
+    line = b""
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while not line.endswith(b"\n") and selector.select(deadline - time.monotonic()):
+            byte = os.read(fd, 1)  # one at a time: what follows the line stays in the pipe
+            if not byte:
+                break
+            line += byte
+    return line
+
+
 def _why(worker: Worker, reason: str) -> str:
     """Why ``worker`` could not start, in a log line: a reason it reported, it logged with its traceback."""
     return " (the error above)" if worker.reason else f": {reason}"
@@ -215,26 +214,3 @@ def _shown(path: str) -> str:
     """``path`` relative to the current directory when it is below it."""
     relative = os.path.relpath(path)
     return path if relative.startswith("..") else relative
-
-
-def _watch(argument: str) -> None:
-    """The watching process: a JSON line on stdout for each batch of changes wanted, until the parent goes."""
-    settings = json.loads(argument)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops this one
-    stop_with_parent(settings["parent"])
-    import watchfiles
-
-    options = WatchOptions(tuple(settings["dirs"]), tuple(settings["includes"]), tuple(settings["excludes"]))
-
-    def changed(change: watchfiles.Change, path: str) -> bool:
-        return wanted(path, options)
-
-    for changes in watchfiles.watch(*options.dirs, watch_filter=changed, raise_interrupt=False):
-        paths = sorted({path for _, path in changes})
-        report = {"paths": paths[:MAX_PATHS], "more": max(0, len(paths) - MAX_PATHS)}
-        sys.stdout.write(json.dumps(report) + "\n")
-        sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    _watch(*sys.argv[1:2])
