@@ -202,9 +202,9 @@ class App(_RouteDecorators):
 
     def run(self, host: str = "127.0.0.1", port: int = 8080, *, reload: bool = False, **options: Any) -> None:
         """Serve the app until SIGINT or SIGTERM (``options``: ``aiorest.run``'s; ``reload=True``: :ref:`reload`)."""
-        from ..cli.workers import run_app  # the runners sit above the app (reload's is the command line's)
+        from ..server.server import run  # the server layer sits above the app
 
-        run_app(self, reload=reload, host=host, port=port, **options)
+        run(self, host=host, port=port, reload=reload, **options)
 
     # -- lifecycle -------------------------------------------------------------------
 

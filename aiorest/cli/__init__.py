@@ -11,10 +11,10 @@ from typing import Literal
 from .. import __version__
 from ..server.config import ServerConfig
 from ..server.listeners import inherited_socket, systemd_socket
+from ..server.process.loading import load_app, split_spec
+from ..server.process.running import supervise, watch_options
 from ..server.server import run
-from .loading import load_app, split_spec
 from .options import add_flags, config_from
-from .workers import supervise, watch_options
 
 __all__ = ["main", "load_app"]
 
@@ -147,7 +147,7 @@ def _run(args: argparse.Namespace) -> None:
     if args.workers is None and watch is None:
         run(load_app(args.app), config, sock=sock)
         return
-    split_spec(args.app)  # the parent never imports the app: each worker does (cli/workers.py)
+    split_spec(args.app)  # the parent never imports the app: each worker does (server/process/running.py)
     code = supervise(
         args.app,
         ServerConfig.of(config, {"sock": sock}, what="aiorest run") if sock is not None else config,

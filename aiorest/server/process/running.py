@@ -1,5 +1,5 @@
 """``aiorest run --workers N`` and ``--reload``: workers forked by a parent that binds the socket and
-supervises them (aiorest/server/process), and ``app.run(reload=True)``.
+supervises them (supervisor.py), and ``app.run(reload=True)``.
 
 The parent never imports the app: each worker does, after the fork, so that one
 started by a reload runs the code on disk then. Under ``--reload`` a worker first
@@ -21,15 +21,15 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..server.config import ServerConfig
-from ..server.listeners import bind_tcp, bind_unix, remove_unix_socket
-from ..server.process.supervisor import run_workers
-from ..server.process.watch import Watcher, WatchOptions, watchfiles_available
-from ..server.server import WORKERS_LOG_FORMAT, configure_logging, run
+from ..config import ServerConfig
+from ..listeners import bind_tcp, bind_unix, remove_unix_socket
+from ..server import WORKERS_LOG_FORMAT, configure_logging, run
 from .loading import load_app
+from .supervisor import run_workers
+from .watch import Watcher, WatchOptions, watchfiles_available
 
 if TYPE_CHECKING:
-    from ..app.application import App
+    from ...app.application import App
 
 logger = logging.getLogger("aiorest.server")
 
@@ -37,7 +37,7 @@ logger = logging.getLogger("aiorest.server")
 _SHUTDOWN_MARGIN = 10.0
 _in_worker = False  # set in a worker under --reload, where app.run(reload=True) must not run again
 
-__all__ = ["run_app", "run_app_reloading", "supervise", "watch_options"]
+__all__ = ["run_app_reloading", "supervise", "watch_options"]
 
 
 def supervise(
@@ -121,18 +121,10 @@ def watch_options(
         raise SystemExit(f"aiorest: {exc}") from None
 
 
-def run_app(app: App, *, reload: bool = False, **options: Any) -> None:
-    """``app.run()``: :func:`aiorest.run` in this process, or with ``reload=True`` :func:`run_app_reloading`."""
-    if reload:
-        run_app_reloading(app, options)
-    else:
-        run(app, **options)
-
-
-def run_app_reloading(app: App, options: Mapping[str, Any]) -> None:
+def run_app_reloading(app: App, config: ServerConfig | None, options: Mapping[str, Any]) -> None:
     """``app.run(reload=True, ...)``: ``app_spec`` (``"module:attribute"``) names the app for the worker to
     import, else the global of ``__main__`` it is; ``reload_dirs``, ``reload_includes``, ``reload_excludes``
-    as ``--reload-dir`` and the others; the rest are ServerConfig's fields."""
+    as ``--reload-dir`` and the others; the rest are ServerConfig's fields, over ``config``."""
     if _in_worker:
         raise RuntimeError(
             "app.run(reload=True) ran while a worker imported the app: call it under if __name__ == '__main__':"
@@ -142,7 +134,7 @@ def run_app_reloading(app: App, options: Mapping[str, Any]) -> None:
     watch = watch_options(
         spec, rest.pop("reload_dirs", ()), rest.pop("reload_includes", ()), rest.pop("reload_excludes", ())
     )
-    config = ServerConfig.of(None, rest, what="App.run()")
+    config = ServerConfig.of(config, rest, what="App.run()")
     if config.workers != 1:
         raise ValueError(f"app.run(reload=True) runs one worker, got workers={config.workers}")
     code = supervise(spec, config, count=1, start_timeout=60.0, watch=watch)

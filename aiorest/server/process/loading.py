@@ -1,4 +1,4 @@
-"""Importing the app a command names: ``module:attribute``."""
+"""Importing the app a command names (``module:attribute``): the command line does, and each worker after its fork."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import importlib
 import os
 import sys
 
-from .._support.errors import one_line
-from ..app.application import App
+from ..._support.errors import one_line
+from ...app.application import App
 
 __all__ = ["load_app", "split_spec"]
 
