@@ -4,8 +4,10 @@ Run by its path, it imports nothing of aiorest (it starts in a few tens of
 milliseconds): only the standard library and watchfiles. It writes JSON lines
 to stdout: ``{"ready": true}`` once it watches, then ``{"paths": [...], "more":
 N}`` for each batch of changes wanted (watchfiles waits until the files are
-quiet for 50 ms, so a burst of writes is one batch). It stops when its parent
-has gone (or on SIGTERM); Ctrl-C is for the parent, which stops it.
+quiet for 50 ms, so a burst of writes is one batch). SIGINT and SIGTERM sent to
+the whole group (Ctrl-C, ``timeout``, ``kill -- -PGID``) are for the parent, which
+stops its workers, then this process (SIGKILL: it holds nothing); it also stops
+by itself within 50 ms once the parent has gone.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ def _write(report: dict[str, object]) -> None:
 
 def main(argument: str) -> None:
     settings = json.loads(argument)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops this one
+    for signum in (signal.SIGINT, signal.SIGTERM):  # for the parent, which stops this one once it has stopped
+        signal.signal(signum, signal.SIG_IGN)
     import watchfiles
 
     dirs, includes, excludes = settings["dirs"], settings["includes"], settings["excludes"]

@@ -142,16 +142,12 @@ class Watcher:
         )
 
     def close(self) -> None:
-        """Stop the watching process (SIGKILL if it is still there 5 s after SIGTERM)."""
+        """Stop the watching process (it ignores SIGTERM, meant for the parent, and holds nothing: SIGKILL)."""
         process, self.process = self.process, None
         if process is None:
             return
-        process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        process.kill()
+        process.wait()
         assert process.stdout is not None
         process.stdout.close()
 
