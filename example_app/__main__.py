@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port to serve on (default 8080)")
+    parser.add_argument(
+        "--reload", action="store_true", help="restart the service when its code changes (development; watchfiles)"
+    )
     args = parser.parse_args(argv)
     # SIGTERM must end the process through normal exit, so that pgserver's atexit stops PostgreSQL.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -102,7 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     # Once it listens, the server logs "aiorest serving on http://HOST:PORT": its page / lists the
     # routes. A startup that fails (a port taken included) logs why and raises SystemExit(1):
     # the exit status is 1, and pgserver's atexit still stops PostgreSQL.
-    aiorest_main(["run", "example_app:app", "--host", args.host, "--port", str(args.port)])
+    reload = ["--reload"] if args.reload else []
+    aiorest_main(["run", "example_app:app", "--host", args.host, "--port", str(args.port), *reload])
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ _SLOW_MODULES = frozenset(
         "tests/server/test_reload.py",
         "tests/server/test_sse_signals.py",
         "tests/server/test_systemd.py",
+        "tests/server/test_watch.py",
         "tests/server/test_workers.py",
         "tests/typed/test_schemathesis.py",
     }

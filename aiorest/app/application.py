@@ -200,11 +200,11 @@ class App(_RouteDecorators):
         for path, endpoint in openapi_routes(document, title or self.title, openapi_url, docs_url, redoc_url):
             self.add_route("GET", path, endpoint)
 
-    def run(self, host: str = "127.0.0.1", port: int = 8080, **options: Any) -> None:
-        """Serve the app until SIGINT or SIGTERM (see ``aiorest.run`` for ``options``)."""
+    def run(self, host: str = "127.0.0.1", port: int = 8080, *, reload: bool = False, **options: Any) -> None:
+        """Serve the app until SIGINT or SIGTERM (``options``: ``aiorest.run``'s; ``reload=True``: :ref:`reload`)."""
         from ..server.server import run  # the server layer sits above the app
 
-        run(self, host=host, port=port, **options)
+        run(self, host=host, port=port, reload=reload, **options)
 
     # -- lifecycle -------------------------------------------------------------------
 

@@ -3,50 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Literal
 
 from .. import __version__
-from .._support.errors import one_line
-from ..app.application import App
-from ..server.listeners import bind_tcp, bind_unix, inherited_socket, remove_unix_socket, systemd_socket
-from ..server.process.supervisor import run_workers
-from ..server.server import WORKERS_LOG_FORMAT, configure_logging, run
+from ..server.config import ServerConfig
+from ..server.listeners import inherited_socket, systemd_socket
+from ..server.process.loading import load_app, split_spec
+from ..server.process.running import supervise, watch_options
+from ..server.server import run
 from .options import add_flags, config_from
 
-# Seconds a stopping worker has, past --graceful-timeout, for the app's shutdown before SIGKILL.
-_SHUTDOWN_MARGIN = 10.0
-
 __all__ = ["main", "load_app"]
-
-
-def load_app(spec: str) -> App:
-    """Import ``"package.module:attribute"`` and check that it is an App."""
-    module_name, attribute = _split_spec(spec)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or whatever the module's code raised (SyntaxError, ...)
-        raise SystemExit(f"aiorest: cannot import {module_name!r}: {one_line(exc)}") from exc
-    try:
-        app = getattr(module, attribute)
-    except AttributeError:
-        raise SystemExit(f"aiorest: module {module_name!r} has no attribute {attribute!r}") from None
-    if not isinstance(app, App):
-        raise SystemExit(f"aiorest: {spec} is a {type(app).__name__}, not an aiorest.App")
-    return app
-
-
-def _split_spec(spec: str) -> tuple[str, str]:
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise SystemExit(f"aiorest: expected MODULE:APP (for example myapp:app), got {spec!r}")
-    return module_name, attribute
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -135,7 +105,10 @@ def _migrate(action: str, directories: Sequence[str], dsn: str | None, driver: L
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        _check_reload_flags(parser, args)
     if args.command == "run":
         _run(args)
     elif args.command == "migrate":
@@ -150,55 +123,37 @@ def main(argv: Sequence[str] | None = None) -> None:
         write_openapi(load_app(args.app), args.output, args.indent or None)
 
 
+def _check_reload_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--reload runs one worker; its own flags need it (an argparse error: exit status 2)."""
+    if args.reload and (args.workers or 1) > 1:
+        parser.error("--reload runs one worker, which it restarts on a change: drop --workers (or give 1)")
+    given = [flag for flag in ("reload_dir", "reload_include", "reload_exclude") if getattr(args, flag)]
+    if given and not args.reload:
+        parser.error(f"--{given[0].replace('_', '-')} is an option of --reload, which is not given")
+
+
 def _run(args: argparse.Namespace) -> None:
     _prepare_metrics(args)  # before the app is imported
     config = config_from(args)
+    watch = (
+        watch_options(args.app, args.reload_dir or (), args.reload_include or (), args.reload_exclude or ())
+        if args.reload
+        else None
+    )
     try:
         sock = inherited_socket(args.fd) if args.fd is not None else systemd_socket()
     except ValueError as exc:
         raise SystemExit(f"aiorest: {exc}") from None
-    if args.workers is None:
+    if args.workers is None and watch is None:
         run(load_app(args.app), config, sock=sock)
         return
-    # The parent never imports the app: each worker does, so that one started
-    # by a reload (SIGHUP) runs the code on disk then.
-    _split_spec(args.app)
-    # The workers inherit this configuration; the pid tells whose line it is.
-    configure_logging(args.log_level, args.log_format, WORKERS_LOG_FORMAT)
-    bound: os.stat_result | None = None  # the unix socket file bound here, removed at exit
-    if sock is None:
-        where = f"unix:{args.unix}" if args.unix else f"{config.host}:{config.port}"
-        try:
-            sock = (
-                bind_unix(args.unix, args.unix_mode, args.backlog)
-                if args.unix
-                else bind_tcp(config.host, config.port, args.backlog)
-            )
-        except OSError as exc:
-            logging.getLogger("aiorest.server").error("cannot listen on %s: %s", where, exc)
-            raise SystemExit(1) from None
-        if args.unix:
-            bound = os.stat(args.unix)
-    listener = sock
-
-    def serve(ready: Callable[[], object], failed: Callable[[str], object]) -> None:
-        try:
-            app = load_app(args.app)
-        except SystemExit as exc:
-            failed(str(exc.code).removeprefix("aiorest: "))
-            raise SystemExit(1) from None
-        run(app, config, sock=listener, ready=ready, startup_failed=failed)
-
-    try:
-        code = run_workers(
-            args.workers,
-            serve,
-            listener=listener,
-            start_timeout=args.start_timeout,
-            stop_timeout=args.graceful_timeout + _SHUTDOWN_MARGIN,
-            on_exit=_on_worker_exit(args),
-        )
-    finally:
-        if bound is not None:
-            remove_unix_socket(args.unix, bound)
+    split_spec(args.app)  # the parent never imports the app: each worker does (server/process/running.py)
+    code = supervise(
+        args.app,
+        ServerConfig.of(config, {"sock": sock}, what="aiorest run") if sock is not None else config,
+        count=args.workers or 1,
+        start_timeout=args.start_timeout,
+        on_exit=_on_worker_exit(args),
+        watch=watch,
+    )
     raise SystemExit(code)

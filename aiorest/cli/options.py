@@ -25,6 +25,28 @@ COMMAND_LINE_FLAGS: dict[str, Flag] = {
         parse=positive,
         cli_default=60.0,
     ),
+    # aiorest run --reload (docs/server.rst: Reload while developing)
+    "reload": Flag(
+        "restart the worker when the app's code changes, for development (needs pip install aiorest[reload])",
+        parse=bool,
+        cli_default=False,
+    ),
+    "reload_dir": Flag(
+        "with --reload: watch this directory too (repeat it for more; the app's package is always watched)",
+        metavar="DIR",
+        repeat=True,
+    ),
+    "reload_include": Flag(
+        "with --reload: a change to a file matching this glob reloads (repeat it for more; *.py always)",
+        metavar="GLOB",
+        repeat=True,
+    ),
+    "reload_exclude": Flag(
+        "with --reload: a change to a file or directory matching this glob does not reload (repeat it for more;"
+        " .* *.py[cod] *~ ~* __pycache__ always)",
+        metavar="GLOB",
+        repeat=True,
+    ),
 }
 
 
@@ -86,6 +108,8 @@ def _add(parser: argparse.ArgumentParser, name: str, flag: Flag, default: Any) -
         options["metavar"] = flag.metavar
     if flag.const is not None:
         options.update(nargs="?", const=flag.const)
+    if flag.repeat:
+        options["action"] = "append"
     parser.add_argument("--" + name.replace("_", "-"), **options)
 
 

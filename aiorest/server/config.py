@@ -41,6 +41,7 @@ class Flag:
     choices: Sequence[str] | None = None
     metavar: str | None = None
     const: str | None = None  # the value of the flag given without one (``--access-log``)
+    repeat: bool = False  # given several times, a list (``--reload-dir``)
     cli_default: Any = ...  # ...: the field's default
 
 

@@ -330,13 +330,16 @@ def run(
 ) -> None:
     """Serve ``app`` until SIGINT or SIGTERM, on uvloop when it is installed.
 
-    The options are a :class:`~aiorest.server.ServerConfig`, given as ``config=`` or
-    as keywords, as for :class:`Server`; its ``log_level`` configures logging.
-    ``ready`` is called once the server listens. A startup that fails is undone,
-    logged in one line (its traceback at debug level), and ends the process:
-    ``SystemExit(1)``; given ``startup_failed``, that line is passed to it
-    instead of being logged (a worker hands it to its parent this way).
+    The options are a :class:`~aiorest.server.ServerConfig`, given as ``config=`` or as keywords, as for
+    :class:`Server`; its ``log_level`` configures logging. ``ready`` is called once the server listens. A startup
+    that fails is undone, logged in one line (its traceback at debug level), and ends the process: ``SystemExit(1)``;
+    given ``startup_failed``, that line is passed to it instead of being logged (a worker hands it to its parent
+    this way). ``reload=True``: a parent restarts the app in a worker when its code changes (:ref:`reload`).
     """
+    if options.pop("reload", False):  # a parent that restarts a worker on a change (process/running.py)
+        from .process.running import run_app_reloading
+
+        return run_app_reloading(app, config, options)
     config = ServerConfig.of(config, options, what="run()")
     configure_logging(config.log_level, config.log_format, LOG_FORMAT)
     server = Server(app, config)

@@ -74,7 +74,7 @@ def how(part: str) -> str:
     words = shlex.split(part, comments=True)
     if words[:2] == ["aiorest", "run"] or words[:4] == ["python", "-m", "aiorest", "run"]:
         return "served"
-    if words == ["python", "-m", "example_app"]:  # its private PostgreSQL, migrations and seed included
+    if words[:3] == ["python", "-m", "example_app"] and words[3:] in ([], ["--reload"]):  # its PostgreSQL included
         return "served"
     if program in ("mkdir", "cp", "sed", "nginx", "curl"):
         return "run with its block"

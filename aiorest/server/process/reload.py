@@ -1,9 +1,11 @@
-"""A rolling reload: on SIGHUP, the workers replaced one at a time, each new one serving before the
-old one of its slot is told to stop (see supervisor.py's doc for the whole process model)."""
+"""A rolling reload: the workers replaced one at a time, each new one serving before the old one of its
+slot is told to stop (see supervisor.py's doc for the whole process model). A reload has a cause, which
+names it in the log: SIGHUP here, a change of the code under ``aiorest run --reload`` (watch.py)."""
 
 from __future__ import annotations
 
 import logging
+import selectors
 import time
 from collections import deque
 from typing import Protocol
@@ -13,7 +15,7 @@ from .worker import Worker
 
 logger = logging.getLogger("aiorest.server")
 
-__all__ = ["RollingReload", "Supervising"]
+__all__ = ["Cause", "ChangeSource", "RollingReload", "Sighup", "Supervising"]
 
 
 class Supervising(Protocol):
@@ -27,17 +29,64 @@ class Supervising(Protocol):
     def tell_to_stop(self, worker: Worker) -> None: ...
 
 
+class Cause(Protocol):
+    """Why a reload happens: its name in the log (``"SIGHUP"``), when it came, what the log says at the end."""
+
+    name: str
+    since: float  # time.monotonic() when it came
+
+    def done(self, serving: dict[int, Worker]) -> None: ...
+    def failed(self, worker: Worker, reason: str, old: int, new: int) -> None: ...
+
+
+class ChangeSource(Protocol):
+    """A hook of the supervisor that says when the code changed (watch.py's ``Watcher``)."""
+
+    watching: bool  # False once it has gone: no change will come
+
+    def watch(self, selector: selectors.BaseSelector) -> None: ...  # registers its file, itself as the data
+    def read(self) -> Cause | None: ...  # its file is readable: a change, or None (not a whole one yet)
+    def nothing_serves(self, worker: Worker, reason: str) -> None: ...  # the next change starts it again
+
+
+class Sighup:
+    """A reload asked for by SIGHUP."""
+
+    name = "SIGHUP"
+
+    def __init__(self) -> None:
+        self.since = time.monotonic()
+
+    def done(self, serving: dict[int, Worker]) -> None:
+        pids = " ".join(str(w.pid) for w in serving.values())
+        logger.info(
+            "reload done in %.2f s: %d workers serving (pids %s)", time.monotonic() - self.since, len(serving), pids
+        )
+
+    def failed(self, worker: Worker, reason: str, old: int, new: int) -> None:
+        kept = f"keeping the {old} old workers" if not new else f"keeping {old} old and {new} new workers"
+        logger.error(
+            "reload failed: new worker %d (pid %d) could not start: %s: %s", worker.number, worker.pid, reason, kept
+        )
+
+
 class RollingReload:
     """One reload: the slots still to replace, the new worker starting for one of them."""
 
-    def __init__(self, supervisor: Supervising) -> None:
+    def __init__(self, supervisor: Supervising, cause: Cause) -> None:
         self._supervisor = supervisor
+        self.cause = cause
         self.slots = deque(range(supervisor.count))
         self.replacing: Worker | None = None
         self.replaced = 0
-        self.again = False  # another SIGHUP came during this one
+        self.again: Cause | None = None  # another cause came during this one: a reload follows
         self.started = time.monotonic()
-        logger.info("SIGHUP: replacing the %d workers one at a time", supervisor.count)
+        count = supervisor.count
+        logger.info(
+            "%s: %s",
+            cause.name,
+            "replacing the worker" if count == 1 else f"replacing the {count} workers one at a time",
+        )
         supervisor.notify(f"RELOADING=1\nMONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
 
     def next(self) -> bool:
@@ -46,11 +95,8 @@ class RollingReload:
         if self.slots:
             self.replacing = supervisor.spawn(self.slots.popleft(), "reload")
             return True
-        serving = supervisor.serving
-        logger.info(
-            "reload done: %d workers serving (pids %s)", len(serving), " ".join(str(w.pid) for w in serving.values())
-        )
-        supervisor.notify(f"READY=1\nSTATUS={len(serving)} workers serving")
+        self.cause.done(supervisor.serving)
+        supervisor.notify(f"READY=1\nSTATUS={len(supervisor.serving)} workers serving")
         return False
 
     def serves(self, worker: Worker) -> None:
@@ -72,9 +118,5 @@ class RollingReload:
         self.replacing = None
         serving = self._supervisor.serving
         old = sum(1 for w in serving.values() if w.purpose != "reload" or w.started < self.started)
-        new = len(serving) - old
-        kept = f"keeping the {old} old workers" if not new else f"keeping {old} old and {new} new workers"
-        logger.error(
-            "reload failed: new worker %d (pid %d) could not start: %s: %s", worker.number, worker.pid, reason, kept
-        )
-        self._supervisor.notify(f"READY=1\nSTATUS=reload failed: {kept}")
+        self.cause.failed(worker, reason, old, len(serving) - old)
+        self._supervisor.notify(f"READY=1\nSTATUS=reload failed: {len(serving)} workers serving")

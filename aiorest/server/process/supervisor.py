@@ -21,7 +21,9 @@ The parent:
   minute, then it stops all and exits with 1);
 - on SIGTERM or SIGINT tells every worker to stop, closes its copy of the
   socket, waits for them (SIGKILL for one still there ``stop_timeout`` seconds
-  later) and exits with 0.
+  later) and exits with 0;
+- given a ``watcher`` (``aiorest run --reload``, watch.py), reloads as on SIGHUP
+  when the code changes, and waits for the next change when nothing can serve.
 
 Each worker reports through a pipe: ``R`` once it serves, or ``F`` and the
 reason it could not start. How many they are reaches each worker's server
@@ -37,12 +39,12 @@ import signal
 import socket
 import sys
 import time
-from collections import deque
 from collections.abc import Callable
 
 from .notify import Notifier
-from .reload import RollingReload
-from .worker import MAX_REASON, Serve, Worker, be_worker
+from .reload import Cause, ChangeSource, RollingReload, Sighup
+from .restarts import RestartBudget
+from .worker import MAX_REASON, Serve, Worker, be_worker, signal_worker
 
 logger = logging.getLogger("aiorest.server")
 _HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)  # the parent's signals
@@ -59,6 +61,7 @@ def run_workers(
     start_timeout: float = 60.0,
     stop_timeout: float = 40.0,
     on_exit: Callable[[int], object] | None = None,
+    watcher: ChangeSource | None = None,
 ) -> int:
     """Run ``serve(ready, failed)`` in ``count`` forked workers until SIGTERM/SIGINT; returns an exit code.
 
@@ -67,10 +70,11 @@ def run_workers(
     ``listener``, the socket the workers serve, is closed in the parent when
     it stops. SIGHUP replaces the workers one at a time (see the module's doc).
     ``on_exit(pid)`` is called when a worker has exited (the metrics forget its live gauges).
+    ``watcher``: a change of the code reloads too (see the module's doc).
     """
     if count < 1:
         raise ValueError(f"workers must be at least 1, got {count}")
-    return _Supervisor(count, serve, listener, max_restarts, start_timeout, stop_timeout, on_exit).run()
+    return _Supervisor(count, serve, listener, max_restarts, start_timeout, stop_timeout, on_exit, watcher).run()
 
 
 class _Supervisor:
@@ -83,27 +87,28 @@ class _Supervisor:
         start_timeout: float,
         stop_timeout: float,
         on_exit: Callable[[int], object] | None = None,
+        watcher: ChangeSource | None = None,
     ) -> None:
         self.count = count
         self.serve = serve
         self.listener = listener
-        self.max_restarts = max_restarts
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.on_exit = on_exit
         self.workers: dict[int, Worker] = {}  # pid -> every worker alive, draining ones included
         self.serving: dict[int, Worker] = {}  # slot -> the worker that serves it (or starts for it)
         self.all_started = False
-        self.reload_after_start = False  # a SIGHUP came while they started
+        self.reload_after_start: Cause | None = None  # a SIGHUP (or a change) came while they started
         self.stopping = False
         self.exit_code = 0
         self.reload: RollingReload | None = None
-        self.restarts: deque[float] = deque()
+        self.restarts = RestartBudget(max_restarts)
         self.pending: dict[int, float] = {}  # slot -> when the restart of its worker, which died, is due
         self.selector = selectors.DefaultSelector()
         self.wake = (-1, -1)  # the pipe set_wakeup_fd writes signal numbers to
         self.parent = os.getpid()
         self.notify = Notifier.from_environment()  # systemd's Type=notify, when it asks for it
+        self.watcher = watcher
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -116,12 +121,20 @@ class _Supervisor:
         previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
         previous = {signum: signal.signal(signum, _noted) for signum in _HANDLED}
         try:
+            if self.watcher is not None:
+                self.watcher.watch(self.selector)
             self.spawn(0, "start")
-            while self.workers or self.pending:
+            while (
+                self.workers
+                or self.pending
+                or (self.watcher is not None and self.watcher.watching and not self.stopping)
+            ):
                 timeout = self._next_deadline() - time.monotonic()
                 for key, _ in self.selector.select(max(0.0, timeout)):
                     if key.fd == wake_read:
                         self._signals(os.read(wake_read, 256))
+                    elif key.data is self.watcher:
+                        self._begin_reload(self.watcher.read())
                     else:
                         self._read_report(key.data)
                 self._reap()
@@ -144,7 +157,7 @@ class _Supervisor:
                     logger.info("%s: stopping the workers", signal.Signals(signum).name)
                 self._stop_all()
             elif signum == signal.SIGHUP:
-                self._begin_reload()
+                self._begin_reload(Sighup())
 
     def _next_deadline(self) -> float:
         deadlines = [time.monotonic() + 1.0, *self.pending.values()]
@@ -170,7 +183,7 @@ class _Supervisor:
                     worker.pid,
                     self.stop_timeout,
                 )
-                _kill(worker.pid, signal.SIGKILL)
+                signal_worker(worker.pid, signal.SIGKILL)
                 worker.stopping = float("inf")  # killed once
             elif not worker.ready and not worker.stopping and now - worker.started > self.start_timeout:
                 self.tell_to_stop(worker)
@@ -195,7 +208,8 @@ class _Supervisor:
             raise
         if pid == 0:
             os.close(report_read)
-            fds = (*self.wake, *(w.pipe for w in self.workers.values() if w.pipe is not None))
+            # the pipes of the signals, of the workers and of the watcher
+            fds = {*self.wake, *(key.fd for key in self.selector.get_map().values())}
             be_worker(self.serve, report_write, mask, fds, self.selector, self.parent)  # never returns
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(report_write)
@@ -264,21 +278,17 @@ class _Supervisor:
         logger.error("worker %d (pid %d) exited with %d while serving", worker.number, worker.pid, code)
         if self.stopping:
             return
-        now = time.monotonic()
-        self.restarts.append(now)
-        while self.restarts and now - self.restarts[0] > 60:
-            self.restarts.popleft()
-        if len(self.restarts) > self.max_restarts:
+        delay = self.restarts.died()
+        if delay is None:
             logger.error("workers keep dying (%d restarts within a minute): stopping", len(self.restarts))
             self.exit_code = 1
             self._stop_all()
             return
-        delay = _restart_delay(len(self.restarts))
         if delay:  # a worker that keeps dying is not restarted in a tight loop
             logger.info(
                 "worker %d restarts in %g s (%d deaths within a minute)", worker.number, delay, len(self.restarts)
             )
-            self.pending[worker.number] = now + delay
+            self.pending[worker.number] = time.monotonic() + delay
         else:
             self.spawn(worker.number, "restart")
 
@@ -296,14 +306,11 @@ class _Supervisor:
                     self.spawn(number, "start")
             if len(self.serving) == self.count and all(w.ready for w in self.serving.values()):
                 self.all_started = True
-                logger.info(
-                    "%d workers serving (pids %s)",
-                    self.count,
-                    " ".join(str(w.pid) for w in self.serving.values()),
-                )
+                pids = " ".join(str(w.pid) for w in self.serving.values())
+                logger.info("%d workers serving (pids %s)", self.count, pids)
                 self.notify(f"READY=1\nSTATUS={self.count} workers serving")
-                if self.reload_after_start:
-                    self._begin_reload()
+                if self.reload_after_start is not None:
+                    self._begin_reload(self.reload_after_start)
         else:
             logger.info("worker %d (pid %d) serves", worker.number, worker.pid)
 
@@ -315,8 +322,11 @@ class _Supervisor:
             reload, self.reload = self.reload, None
             assert reload is not None
             reload.failed(worker, reason)
-            if reload.again:
-                self._begin_reload()
+            if reload.again is not None:
+                self._begin_reload(reload.again)
+        elif self.watcher is not None and not self.serving:  # the next change starts it
+            self.all_started = True
+            self.watcher.nothing_serves(worker, reason)
         elif worker.purpose == "restart" and self.serving:
             logger.error(
                 "worker %d (pid %d) could not be restarted: %s: %d workers left serving; SIGHUP starts it again",
@@ -334,19 +344,20 @@ class _Supervisor:
 
     # -- reloads and stops ------------------------------------------------------------------
 
-    def _begin_reload(self) -> None:
-        if self.stopping:
+    def _begin_reload(self, cause: Cause | None) -> None:
+        if self.stopping or cause is None:
             return
         if not self.all_started:  # the first workers may have imported the code before it changed
-            if not self.reload_after_start:
-                logger.info("SIGHUP while the workers start: a reload follows once they serve")
-            self.reload_after_start = True
+            if self.reload_after_start is None:
+                logger.info("%s while the workers start: a reload follows once they serve", cause.name)
+                self.reload_after_start = cause
             return
         if self.reload is not None:
-            self.reload.again = True
-            logger.info("SIGHUP during a reload: another reload follows it")
+            if self.reload.again is None:
+                logger.info("%s during a reload: another reload follows it", cause.name)
+                self.reload.again = cause
             return
-        self.reload = RollingReload(self)
+        self.reload = RollingReload(self, cause)
         self._continue_reload()
 
     def _continue_reload(self) -> None:
@@ -354,13 +365,13 @@ class _Supervisor:
         assert reload is not None
         if not reload.next():
             self.reload = None
-            if reload.again:
-                self._begin_reload()
+            if reload.again is not None:
+                self._begin_reload(reload.again)
 
     def tell_to_stop(self, worker: Worker) -> None:
         if not worker.stopping:
             worker.stopping = time.monotonic()
-            _kill(worker.pid, signal.SIGTERM)
+            signal_worker(worker.pid, signal.SIGTERM)
 
     def _stop_all(self) -> None:
         self.pending.clear()
@@ -379,18 +390,5 @@ class _Supervisor:
             self.listener = None
 
 
-def _restart_delay(deaths: int) -> float:
-    """Seconds before restarting a worker, after ``deaths`` deaths within a minute: 0 for the
-    first, then 0.5 s, doubling, at most 10 s."""
-    return 0.0 if deaths <= 1 else min(10.0, 0.5 * 2 ** (deaths - 2))
-
-
 def _noted(signum: int, frame: object) -> None:
     """The handler of the signals the parent waits for: set_wakeup_fd hands it their numbers."""
-
-
-def _kill(pid: int, signum: int) -> None:
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:
-        pass

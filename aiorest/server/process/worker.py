@@ -15,7 +15,7 @@ from typing import NoReturn
 
 logger = logging.getLogger("aiorest.server")
 
-__all__ = ["MAX_REASON", "Serve", "Worker", "be_worker", "stop_with_parent"]
+__all__ = ["MAX_REASON", "Serve", "Worker", "be_worker", "signal_worker", "stop_with_parent"]
 
 PR_SET_PDEATHSIG = 1
 MAX_REASON = 1000  # bytes of a worker's failure reason: one write to a pipe, under PIPE_BUF
@@ -89,3 +89,11 @@ def stop_with_parent(parent: int) -> None:
         return
     if os.getppid() != parent:  # the parent died before prctl took effect
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def signal_worker(pid: int, signum: int) -> None:
+    """Send ``signum`` to a worker, which may have exited already."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
