@@ -15,9 +15,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, TraceIdRatioBased
 from opentelemetry.trace import SpanKind, StatusCode
+from psycopg2.extensions import parse_dsn
 
 import aiorest
 from aiorest import App, EventSourceResponse, Idempotency, MemoryIdempotencyStore, Request, Response, Server
+from aiorest.db import Database
 from aiorest.ops import JSONLogFormatter
 from aiorest.ops.tracing import Tracing
 from aiorest.security import RateLimit
@@ -226,3 +228,70 @@ async def test_off_by_default_and_the_methods_are_given_back_when_tracing_stops(
     assert Store.__dict__["begin"] is begin
     server = Server(make_app(), port=0)
     assert server.tracing is None
+
+
+@pytest.mark.parametrize("driver", ["psycopg2", "aiopg"])
+async def test_statements_and_the_pools_wait_are_client_spans_without_their_parameters(database_url, driver):
+    app = App()
+    db = Database(database_url, driver=driver, min_size=0, max_size=1)
+    db.setup(app)
+
+    @app.post("/notes")
+    async def add(request: Request) -> dict[str, Any]:
+        await db.execute("CREATE TABLE IF NOT EXISTS notes (id serial PRIMARY KEY, secret text)")
+        async with db.transaction() as tx:
+            await tx.execute("INSERT INTO notes (secret) VALUES (%s)", ("s3cret-value",))
+        return {"count": await db.fetchval("SELECT count(*) FROM notes WHERE secret = %s", ("s3cret-value",))}
+
+    provider, exporter = memory_provider()
+    async with serving(app, provider) as server:
+        async with aiohttp.ClientSession() as client:
+            async with client.post(f"http://127.0.0.1:{server.port}/notes") as response:
+                assert await response.json() == {"count": 1}
+    spans = exporter.get_finished_spans()
+    request = named(spans, "POST /notes")
+    statements = [span for span in spans if span.kind is SpanKind.CLIENT]
+    dbname = parse_dsn(database_url)["dbname"]
+    by_text = {span.attributes["db.query.text"]: span for span in statements}
+    insert = by_text["BEGIN; INSERT INTO notes (secret) VALUES (%s)"]
+    select = by_text["SELECT count(*) FROM notes WHERE secret = %s"]
+    assert "COMMIT" in by_text and insert.attributes["db.operation.name"] == "BEGIN"
+    assert select.name == f"SELECT {dbname}" and dict(select.attributes) == {
+        "db.system.name": "postgresql",
+        "db.operation.name": "SELECT",
+        "db.query.text": "SELECT count(*) FROM notes WHERE secret = %s",
+        "db.namespace": dbname,
+        "server.address": select.attributes["server.address"],
+        "server.port": select.attributes["server.port"],
+    }
+    assert select.attributes["server.address"] and select.attributes["server.port"] > 0
+    assert all(
+        span.parent.span_id == request.context.span_id
+        for span in statements
+        if span is not by_text.get("SET statement_timeout = 30000")
+    )
+    for span in spans:  # the parameters are in no span
+        assert not any("s3cret-value" in str(value) for value in span.attributes.values())
+    # the pool had no idle connection (min_size=0): the request's first statement waited for one
+    acquire = [span for span in spans if span.name == "db.pool.acquire"]
+    assert acquire and acquire[0].parent.span_id == request.context.span_id
+
+
+async def test_a_failed_statement_is_an_error_span(database_url):
+    app = App()
+    db = Database(database_url, min_size=1)
+    db.setup(app)
+
+    @app.get("/bad")
+    async def bad(request: Request) -> Any:
+        return await db.fetchval("SELECT no_such_column FROM pg_class")
+
+    provider, exporter = memory_provider()
+    async with serving(app, provider) as server:
+        async with aiohttp.ClientSession() as client:
+            async with client.get(f"http://127.0.0.1:{server.port}/bad") as response:
+                assert response.status >= 400
+    statements = [span for span in exporter.get_finished_spans() if span.kind is SpanKind.CLIENT]
+    assert statements and statements[-1].attributes["db.query.text"] == "SELECT no_such_column FROM pg_class"
+    assert statements[-1].status.status_code is StatusCode.ERROR
+    assert statements[-1].attributes["error.type"] == "UndefinedColumn"

@@ -167,7 +167,11 @@ def _traced_acquire(original: Any) -> Any:
         ) as span:
             if span.is_recording():
                 span.set_attributes(
-                    {"db.system.name": "postgresql", "aiorest.db.pool.size": self.size, "aiorest.db.pool.max_size": self.max_size}
+                    {
+                        "db.system.name": "postgresql",
+                        "aiorest.db.pool.size": self.size,
+                        "aiorest.db.pool.max_size": self.max_size,
+                    }
                 )
             try:
                 return await original(self, fresh)
