@@ -76,9 +76,7 @@ class Tracing:
         provider = self.tracer_provider
         if provider is None:
             provider, self._own_provider = export_provider()
-        from ... import __version__
-
-        tracer = provider.get_tracer("aiorest", __version__)
+        tracer = provider.get_tracer("aiorest", _version())
         self.layer = ServerSpans(tracer, app.handle_exception)
         if self.instrument:
             instruments.install(tracer)
@@ -99,3 +97,13 @@ class Tracing:
             if not own.force_flush(_FLUSH_MILLIS):
                 logger.warning("tracing: the last spans were not all sent within %d ms", _FLUSH_MILLIS)
             own.shutdown()
+
+
+def _version() -> str | None:
+    """aiorest's version, as installed (the tracer's scope names it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("aiorest")
+    except PackageNotFoundError:
+        return None
