@@ -8,12 +8,15 @@ would drown it in noise. ``--profile`` prints cProfile's top functions instead;
 ``--ceiling`` feeds the ceiling's canned-response protocol the same way, for
 comparison; ``--endpoints`` picks a subset. ``--metrics`` and ``--access-log PATH``
 (``--access-log-format json``) serve through a :class:`aiorest.Server` started
-with those options (listening on a port nobody connects to), to count their cost.
+with those options (listening on a port nobody connects to), to count their cost;
+``--tracing RATIO`` likewise, with OpenTelemetry tracing sampling that ratio of the requests
+(see ``_tracing``: the spans are encoded as OTLP/HTTP would send them, then dropped).
 ``--forwarded`` times instead the resolution of hostile Forwarded/X-Forwarded-For
 headers (megabytes of elements) behind a trusted proxy, in milliseconds a request.
 
     python -m bench.inprocess [--requests 100000] [--repeats 7] [--profile] [--ceiling] [--endpoints /json]
                               [--metrics] [--access-log PATH [--access-log-format json]] [--forwarded]
+                              [--tracing RATIO]
 """
 
 from __future__ import annotations
@@ -135,7 +138,7 @@ async def _drive(
 
 async def _measure(args: argparse.Namespace) -> None:
     server: Server | None = None
-    if args.metrics or args.access_log:
+    if args.metrics or args.access_log or args.tracing is not None:
         server = Server(
             bench_app,
             host="127.0.0.1",
@@ -143,6 +146,7 @@ async def _measure(args: argparse.Namespace) -> None:
             metrics=args.metrics,
             access_log=args.access_log,
             access_log_format=args.access_log_format,
+            tracing=False if args.tracing is None else _tracing(args.tracing),
         )
         await server.start()
         factory = server._factory
@@ -191,6 +195,27 @@ def _time_forwarded(repeats: int) -> None:
         print(f"{size / 1000:8.0f} KB  {statistics.median(times) * 1000:7.2f} ms  {first!r}... x{len(headers)}")
 
 
+def _tracing(ratio: float) -> Any:
+    """Tracing as ``aiorest run --tracing`` sets it up (a BatchSpanProcessor, the ratio's sampler), with an
+    exporter that encodes each batch as the OTLP/HTTP one does and drops it instead of POSTing it; the queue
+    is made big enough that no span is dropped for want of room (the default 2048 would drop some here)."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    from aiorest.ops.tracing import Tracing
+
+    class Encoding(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            encode_spans(spans).SerializePartialToString()
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)))
+    provider.add_span_processor(BatchSpanProcessor(Encoding(), max_queue_size=200_000))
+    return Tracing(tracer_provider=provider)
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.inprocess", description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=100_000)
@@ -207,6 +232,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--access-log", metavar="PATH", help="serve with an access log written to PATH")
     parser.add_argument("--access-log-format", default="combined", choices=("combined", "json"))
     parser.add_argument("--forwarded", action="store_true", help="time hostile Forwarded headers instead")
+    parser.add_argument("--tracing", type=float, metavar="RATIO", help="serve with tracing, sampling RATIO")
     args = parser.parse_args(argv)
     if args.forwarded:
         _time_forwarded(args.repeats)

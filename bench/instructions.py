@@ -14,10 +14,12 @@ the kernel's share of a real socket are not in it, so confirm a gain with
 server started with those options (see ``bench.inprocess``): against a run
 without them, the options' cost in instructions. The access log's writer
 thread is counted too (valgrind counts every thread). ``--no-ceiling`` skips
-the ceiling's runs.
+the ceiling's runs. ``--tracing RATIO`` counts a server tracing with OpenTelemetry
+(``bench.inprocess``), the batch processor's thread and the spans' encoding included.
 
     python -m bench.instructions [--endpoints /json,/plaintext] [--requests 2000,12000]
                                  [--metrics] [--access-log PATH [--access-log-format json]] [--no-ceiling]
+                                 [--tracing RATIO]
 """
 
 from __future__ import annotations
@@ -81,8 +83,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--access-log", metavar="PATH", help="count a server with an access log written to PATH")
     parser.add_argument("--access-log-format", default="combined", choices=("combined", "json"))
     parser.add_argument("--no-ceiling", action="store_true", help="skip the ceiling's runs")
+    parser.add_argument("--tracing", metavar="RATIO", help="count a server tracing with OpenTelemetry, sampling RATIO")
     args = parser.parse_args(argv)
     options = ["--metrics"] if args.metrics else []
+    if args.tracing is not None:
+        options += ["--tracing", args.tracing]
     if args.access_log:
         options += ["--access-log", args.access_log, "--access-log-format", args.access_log_format]
     if shutil.which("valgrind") is None:

@@ -50,10 +50,10 @@ autodoc_type_aliases = {
     "_F": "aiorest.ExceptionHandler",
 }
 
-# Offline, names from the standard library and aiohttp cannot be linked (no
+# Offline, names from the standard library, aiohttp and opentelemetry cannot be linked (no
 # intersphinx): leave them as plain text. Builtins and ``typing`` names are
 # resolved by Sphinx itself; every other reference must resolve.
-_UNLINKABLE = sorted(sys.stdlib_module_names | {"aiohttp"})
+_UNLINKABLE = sorted(sys.stdlib_module_names | {"aiohttp", "opentelemetry"})
 nitpick_ignore_regex = [(r"py:.*", rf"(?:{'|'.join(_UNLINKABLE)})(?:\..+)?")]
 # MultiDict's value type, and what the server gives a request (``Request.protocol``): not public API.
 nitpick_ignore = [

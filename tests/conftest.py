@@ -25,6 +25,7 @@ _SLOW_MODULES = frozenset(
         "tests/docs/test_docs_commands.py",
         "tests/docs/test_tutorial.py",
         "tests/harness/test_procs.py",
+        "tests/ops/test_tracing_export.py",
         "tests/harness/test_steady.py",
         "tests/load/test_cluster.py",
         "tests/load/test_cluster_live.py",

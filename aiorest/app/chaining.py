@@ -26,9 +26,12 @@ EndpointLayer = Callable[[Handler, "str | None"], Handler]
 
 
 def layers_for(route: Route, layers: Sequence[EndpointLayer]) -> Sequence[EndpointLayer]:
-    """The server's layers around ``route``: none around a WebSocket's, whose handler lives as long as its
-    connection (no request slot, no request latency: ``Limits.max_websockets`` and their own gauge)."""
-    return () if isinstance(route.call, WebSocketEndpoint) else layers
+    """The server's layers around ``route``. Around a WebSocket's, whose handler lives as long as its
+    connection (no request slot, no request latency: ``Limits.max_websockets`` and their own gauge), only
+    those that have a ``websocket`` layer for it (tracing's: a span covering the session)."""
+    if not isinstance(route.call, WebSocketEndpoint):
+        return layers
+    return [layer.websocket for layer in layers if hasattr(layer, "websocket")]
 
 
 def wrap(endpoint: Handler, template: str | None, layers: Sequence[EndpointLayer]) -> Handler:

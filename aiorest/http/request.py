@@ -32,6 +32,8 @@ class Request(RequestBody):
     #: The request's id as the server keeps it (see :attr:`id`, its text), set before the handler runs: the
     #: number of this process's counter (an int), or the ``X-Request-ID`` bytes a trusted proxy sent.
     raw_id: RequestId = b"-"
+    #: The W3C trace id (32 hex digits) of the request's span, when tracing is on (:doc:`tracing`); else None.
+    trace_id: str | None = None
     #: What routing found (set by the app); None on the server's static fast path.
     match: RouteMatch | None = None
     #: The route's own ``max_body_size``, when it has one (set by the server from the head); None: the server's.

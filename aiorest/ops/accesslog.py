@@ -2,7 +2,7 @@
 
 When a request is answered the loop keeps a tuple of what it knows (the time,
 the client, the request line, status, body bytes, duration, route template,
-request id, the raw headers). Every 10 ms a timer of the loop formats those
+request id, the raw headers, the trace id). Every 10 ms a timer of the loop formats those
 gathered meanwhile — in the combined format, or as JSON lines — into chunks
 of whole lines of at most PIPE_BUF bytes, and hands them to a writer thread,
 which only writes them: one write(2) a chunk, never split by another
@@ -196,6 +196,7 @@ class AccessLog:
                 request.route_template,
                 request.raw_id,
                 request.raw_headers,
+                request.trace_id,
             )
         )
         if self._timer is None:
@@ -281,11 +282,12 @@ def _iso_second(second: int) -> str:
 
 
 def _combined_line(record: tuple[Any, ...]) -> str:
-    """The combined format, then the duration in seconds, the route template and the request id:
+    """The combined format, then the duration in seconds, the route template and the request id, and the
+    trace id when tracing is on (a field more at the end, where readers of the combined format stop reading):
 
-    ``remote - - [time] "request line" status bytes "referer" "user agent" duration "route" id``
+    ``remote - - [time] "request line" status bytes "referer" "user agent" duration "route" id [trace_id]``
     """
-    stamp, client, method, raw_path, query, version, status, sent, duration, route, rid, headers = record
+    stamp, client, method, raw_path, query, version, status, sent, duration, route, rid, headers, trace = record
     if not raw_path:  # a head the parser could not read: its answer is logged, with no request line
         request_line = "-"
     else:
@@ -297,13 +299,14 @@ def _combined_line(record: tuple[Any, ...]) -> str:
     return (
         f'{remote} - - [{_clf_time(int(stamp))}] "{request_line}" {status} {sent} '
         f'"{"-" if referer is None else _escape(referer)}" "{"-" if agent is None else _escape(agent)}" '
-        f'{duration:.6f} "{"-" if route is None else _escape(route.encode())}" {format_request_id(rid)}\n'
+        f'{duration:.6f} "{"-" if route is None else _escape(route.encode())}" {format_request_id(rid)}'
+        f"{'' if trace is None else ' ' + trace}\n"
     )
 
 
 def _json_line(record: tuple[Any, ...]) -> str:
     """The same fields as a JSON object on one line; only what a client sent may need escaping."""
-    stamp, client, method, raw_path, query, version, status, sent, duration, route, rid, headers = record
+    stamp, client, method, raw_path, query, version, status, sent, duration, route, rid, headers, trace = record
     referer = raw_header(headers, b"referer")
     agent = raw_header(headers, b"user-agent")
     if raw_path:
@@ -316,7 +319,7 @@ def _json_line(record: tuple[Any, ...]) -> str:
         f'"remote":{"null" if client is None else _json_string(client[0])},{request},'
         f'"status":{status},"bytes":{sent},'
         f'"duration":{duration:.6f},"route":{"null" if route is None else _json_string(route)},'
-        f'"request_id":"{format_request_id(rid)}",'
+        f'"request_id":"{format_request_id(rid)}","trace_id":{"null" if trace is None else _json_string(trace)},'
         f'"user_agent":{"null" if agent is None else _json_string(agent.decode("latin-1"))},'
         f'"referer":{"null" if referer is None else _json_string(referer.decode("latin-1"))}}}\n'
     )

@@ -13,13 +13,16 @@ import inspect
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..http.limits import Limits
 from ..ops.accesslog import FORMATS as ACCESS_LOG_FORMATS
 from ..ops.logformat import LOG_FORMATS
 
-__all__ = ["ServerConfig", "Flag", "DEFAULT_QUEUE_TIMEOUT"]
+if TYPE_CHECKING:
+    from ..ops.tracing import Tracing
+
+__all__ = ["ServerConfig", "Flag", "DEFAULT_QUEUE_TIMEOUT", "tracing_of"]
 
 #: seconds a request waits for a handler slot, by default (docs/deployment.rst: sizing)
 DEFAULT_QUEUE_TIMEOUT = 1.0
@@ -92,7 +95,8 @@ class ServerConfig:
     default none). ``access_log``: where to write a line per request (a path, or
     ``-`` for stdout; default none), in ``access_log_format`` (``combined`` or ``json``).
     ``log_level``: the level :func:`~aiorest.server.run` configures logging with; ``log_format``: ``text``, or
-    ``json`` for :class:`~aiorest.ops.JSONLogFormatter`'s lines.
+    ``json`` for :class:`~aiorest.ops.JSONLogFormatter`'s lines. ``tracing``: True, or a
+    :class:`~aiorest.ops.tracing.Tracing`, traces with OpenTelemetry (:doc:`tracing`).
     """
 
     # None on the command line: not given, which --unix needs to know (cli/options.py)
@@ -194,6 +198,17 @@ class ServerConfig:
         Flag("combined (default) or json lines", env="AIOREST_ACCESS_LOG_FORMAT", choices=ACCESS_LOG_FORMATS),
     )
 
+    # OpenTelemetry (docs/tracing.rst): True, or an aiorest.ops.tracing.Tracing saying where the spans go
+    tracing: Any = _option(
+        False,
+        Flag(
+            "trace requests, queries and stores with OpenTelemetry, exported over OTLP/HTTP as the OTEL_*"
+            " variables say (default off; needs the otel extra)",
+            env="AIOREST_TRACING",
+            parse=bool,
+        ),
+    )
+
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
@@ -222,6 +237,15 @@ class ServerConfig:
 
 
 _NAMES = frozenset(f.name for f in dataclasses.fields(ServerConfig))
+
+
+def tracing_of(value: Any) -> Tracing | None:
+    """The server's Tracing for its ``tracing`` option (OpenTelemetry is imported only when it is on)."""
+    if not value:
+        return None
+    from ..ops.tracing import Tracing
+
+    return value if isinstance(value, Tracing) else Tracing()
 
 
 def flags() -> Iterator[tuple[dataclasses.Field[Any], Flag]]:

@@ -20,7 +20,7 @@ from ..ops.admission import Admission
 from ..ops.health import HealthProbes
 from ..ops.lag import LoopLagMonitor
 from ..ops.logformat import JSONLogFormatter
-from .config import DEFAULT_QUEUE_TIMEOUT, ServerConfig, keyword_parameters
+from .config import DEFAULT_QUEUE_TIMEOUT, ServerConfig, keyword_parameters, tracing_of
 from .listeners import bind_unix, remove_unix_socket
 from .protocol import HttpProtocol, ServerState
 
@@ -126,6 +126,7 @@ class Server:
         self._state.proxies = proxies or None
         self.access_log = AccessLog(config.access_log, config.access_log_format) if config.access_log else None
         self._state.access_log = self.access_log
+        self.tracing = tracing_of(config.tracing)  # OpenTelemetry (docs/tracing.rst), imported only when on
 
     @property
     def draining(self) -> bool:
@@ -134,7 +135,7 @@ class Server:
 
     def _layers_and_routes(self) -> tuple[list[EndpointLayer], list[Route]]:
         """What the options add to the app for this run: endpoint layers (outermost first), routes."""
-        layers: list[EndpointLayer] = []
+        layers: list[EndpointLayer] = [] if self.tracing is None else self.tracing.start(self.app)  # outermost
         routes: list[Route] = []
         if self.metrics is not None:
             layers.append(self.metrics.layer)  # outside the gate: its 503s are counted
@@ -249,6 +250,8 @@ class Server:
         if self._started:
             self._started = False
             await self.app.shutdown()
+        if self.tracing is not None:
+            self.tracing.stop()
 
     async def _take_backlog(self, loop: asyncio.AbstractEventLoop) -> None:
         """Close the listening sockets, first taking the connections waiting in their backlog.

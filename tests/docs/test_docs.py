@@ -600,6 +600,33 @@ async def exercise_idempotency(module: ModuleType, client: Any) -> None:
     assert len(module.orders) == 3
 
 
+async def exercise_tracing(module: ModuleType, client: Any, caplog: pytest.LogCaptureFixture) -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import StatusCode
+
+    exporter = InMemorySpanExporter()
+    tracing = module.tracing(exporter)
+    server = aiorest.Server(module.app, port=0, tracing=tracing)
+    await server.start()
+    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    try:
+        async with aiohttp.ClientSession(server.url) as session:
+            with caplog.at_level(logging.INFO, logger="notes"):
+                headers = {"traceparent": f"00-{trace_id}-b7ad6b7169203331-01"}
+                async with session.get("/notes/1", headers=headers) as response:
+                    assert await response.json() == {"id": 1, "text": "buy tea", "trace": trace_id}
+            async with session.get("/notes/2") as response:
+                assert response.status == 404
+    finally:
+        await server.stop(timeout=2)
+    tracing.tracer_provider.force_flush()
+    found, missing = sorted(exporter.get_finished_spans(), key=lambda span: span.attributes["url.path"])
+    assert found.name == missing.name == "GET /notes/{note_id:int}"
+    assert format(found.context.trace_id, "032x") == trace_id
+    assert missing.attributes["http.response.status_code"] == 404 and missing.status.status_code is StatusCode.UNSET
+    assert [record.trace_id for record in caplog.records if record.name == "notes"] == [trace_id]
+
+
 async def exercise_compression(module: ModuleType, client: Any) -> None:
     import gzip
     import json
@@ -929,6 +956,7 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "files": exercise_files,
     "uploads": exercise_uploads,
     "idempotency": exercise_idempotency,
+    "tracing": exercise_tracing,
     "auth": exercise_auth,
     "auth_sessions": exercise_auth_sessions,
     "sessions": exercise_sessions,
@@ -969,7 +997,7 @@ async def test_example(
         await exercise(module, aiorest_client, aiohttp_client)
     elif name == "errors":
         await exercise(module, await aiorest_client(module.app), caplog)
-    elif name == "behind_proxy":  # serves itself: the proxy setting is the server's
+    elif name in ("behind_proxy", "tracing"):  # serves itself: the proxy setting, the tracing, are the server's
         await exercise(module, None, caplog)
     else:
         await exercise(module, await aiorest_client(module.app))

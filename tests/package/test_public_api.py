@@ -139,6 +139,7 @@ DOCUMENTED = {
         "prepare_multiprocess_dir",
         "worker_exited",
     ],
+    "aiorest.ops.tracing": ["Tracing"],
     "aiorest.testing": ["TestClient", "AiorestTestServer", "EventStream"],
     "aiorest.cli": ["main", "load_app"],
     "aiorest.server": [
