@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import os
 import signal
@@ -17,10 +16,12 @@ from ..http.forwarded import TrustedProxies
 from ..http.limits import Limits
 from ..ops.accesslog import AccessLog
 from ..ops.admission import Admission
+from ..ops.blocking import BlockedLoopDetector
 from ..ops.health import HealthProbes
 from ..ops.lag import LoopLagMonitor
 from ..ops.logformat import JSONLogFormatter
-from .config import DEFAULT_QUEUE_TIMEOUT, ServerConfig, keyword_parameters
+from .config import DEFAULT_QUEUE_TIMEOUT, ServerConfig, with_keywords
+from .driving import HandlerDriver
 from .listeners import bind_unix, remove_unix_socket
 from .protocol import HttpProtocol, ServerState
 
@@ -113,11 +114,13 @@ class Server:
         self.health = (
             HealthProbes(lambda: self._state.draining, app.database, app.readiness.checks) if config.health else None
         )
+        self.blocked_loop = BlockedLoopDetector.of(config.blocked_loop_threshold, HandlerDriver.handler_code)
         self.metrics: Metrics | None = None
         if config.metrics:
             from ..ops.metrics import Metrics  # imports prometheus_client: only when asked for
 
             self.metrics = Metrics(app, self.admission, app.database, websockets=lambda: len(self._state.websockets))
+            self.metrics.blocked_loop = self.blocked_loop
             if self._lag is None:
                 self._lag = LoopLagMonitor(interval=_LAG_INTERVAL, max_samples=1)
             self._lag.on_sample = self.metrics.observe_lag
@@ -164,6 +167,8 @@ class Server:
             self._state.start(loop)
             if self._lag is not None:
                 self._lag.start(loop)
+            if self.blocked_loop is not None:
+                self.blocked_loop.start(loop)
             if self.access_log is not None:
                 self.access_log.start()
 
@@ -239,6 +244,8 @@ class Server:
                 self._lag.write(self.loop_lag_report)
         if self.health is not None:
             await self.health.close()
+        if self.blocked_loop is not None:
+            self.blocked_loop.stop()  # before the metrics' last flush
         if self.metrics is not None:
             self.metrics.stop()
         if self.access_log is not None:
@@ -363,17 +370,8 @@ def run(
     raise SystemExit(1)
 
 
-def _with_keywords(function: Callable[..., object], *, after: str) -> None:
-    """Give ``function`` a signature that lists ServerConfig's fields as keywords, after the parameter ``after``."""
-    signature = inspect.signature(function)
-    parameters = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    at = [p.name for p in parameters].index(after) + 1
-    keywords = [p for p in keyword_parameters() if p.name not in signature.parameters]
-    function.__signature__ = signature.replace(parameters=[*parameters[:at], *keywords, *parameters[at:]])  # type: ignore[attr-defined]
-
-
-_with_keywords(Server.__init__, after="config")
-_with_keywords(run, after="config")
+with_keywords(Server.__init__, after="config")
+with_keywords(run, after="config")
 
 
 @contextlib.contextmanager
