@@ -9,11 +9,14 @@ and, in it, the request being answered: the frame of the server's handler driver
 (``handler_code``, given by the server) holds it as its local ``request``, so
 knowing the current request costs nothing per request. It logs one WARNING (the
 route template, the request id, the stack) and, once the heartbeat runs again,
-one INFO with the block's whole duration (how late the heartbeat ran).
+one INFO with the block's whole duration: between how late the heartbeat ran
+and that plus ``threshold / 4`` (the block may have begun just after the last
+heartbeat); the counts add the lower bound.
 
-Bounded. After a logged block, the next ``report_interval`` seconds log no
-stack: their blocks are counted and summarized in one WARNING when the interval
-is over (or when the server stops). The counts by route (``totals``, read by the
+Bounded. A logged stack begins an interval of ``report_interval`` seconds in
+which each route logs one stack at most, and ``STACKS_PER_INTERVAL`` routes at
+most: the other blocks are counted, and summarized in one WARNING when the
+interval is over (or when the server stops). The counts by route (``totals``, read by the
 metrics) have at most ``MAX_ROUTES`` routes; past them, and for work outside a
 request (a timer, a background task), the route is ``OTHER``.
 
@@ -48,8 +51,10 @@ OTHER = "<other>"
 #: The route of a request no route matched (as in the request metrics).
 UNMATCHED = "<unmatched>"
 MAX_ROUTES = 1000
-#: Seconds after a logged stack during which blocks are only counted, then summarized.
+#: Seconds after a logged stack during which other blocks log one stack per route, STACKS_PER_INTERVAL
+#: at most; the rest are counted, then summarized.
 REPORT_INTERVAL = 10.0
+STACKS_PER_INTERVAL = 5
 STACK_FRAMES = 40  # the innermost frames logged
 _SUMMARY_ROUTES = 10  # routes a summary names; the others are counted together
 
@@ -91,7 +96,8 @@ class BlockedLoopDetector:
         self._totals: dict[str, tuple[int, float]] = {}
         self.changes = 0  # bumped at each change of the totals: a reader compares it first
         # the watchdog's own
-        self._quiet_until = 0.0
+        self._quiet_until = 0.0  # the end of the interval of the last stack logged
+        self._logged_routes: set[str] = set()  # the routes whose stack it logged
         self._suppressed: Counter[str] = Counter()
         self._suppressed_longest = 0.0
 
@@ -165,10 +171,13 @@ class BlockedLoopDetector:
             blocks, seconds = self._totals.get(route, (0, 0.0))
             self._totals[route] = (blocks + 1, seconds)
             self.changes += 1
-        if now < self._quiet_until:
+        if now >= self._quiet_until:  # a new interval
+            self._quiet_until = now + self.report_interval
+            self._logged_routes.clear()
+        elif route in self._logged_routes or len(self._logged_routes) >= STACKS_PER_INTERVAL:
             self._suppressed[route] += 1
             return _Block(due, route, raw_id, reported=False)
-        self._quiet_until = now + self.report_interval
+        self._logged_routes.add(route)
         where = "outside any request"
         if request is not None:
             where = f"in {request.method} {route} (request {format_request_id(raw_id)})"
@@ -196,8 +205,9 @@ class BlockedLoopDetector:
         self._log(
             block.raw_id,
             logging.INFO,
-            "event loop was blocked for %.3f s in all, by %s",
+            "event loop was blocked for %.3f-%.3f s in all, by %s",
             seconds,
+            seconds + self.interval,  # it may have begun just after the last heartbeat
             whose,
             extra={"route": block.route, "blocked_seconds": round(seconds, 6)},
         )
