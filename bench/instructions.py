@@ -10,14 +10,16 @@ the framework's cost shows as such. It counts work, not time: cache misses and
 the kernel's share of a real socket are not in it, so confirm a gain with
 ``bench/run.py``.
 
-``--metrics`` and ``--access-log PATH`` (``--access-log-format json``) count a
-server started with those options (see ``bench.inprocess``): against a run
-without them, the options' cost in instructions. The access log's writer
-thread is counted too (valgrind counts every thread). ``--no-ceiling`` skips
+``--metrics``, ``--access-log PATH`` (``--access-log-format json``) and
+``--blocked-loop-threshold SECONDS`` count a server started with those options
+(see ``bench.inprocess``): against a run without them, the options' cost in
+instructions. The access log's writer thread and the blocked-loop detector's
+watchdog are counted too (valgrind counts every thread). ``--no-ceiling`` skips
 the ceiling's runs.
 
     python -m bench.instructions [--endpoints /json,/plaintext] [--requests 2000,12000]
-                                 [--metrics] [--access-log PATH [--access-log-format json]] [--no-ceiling]
+                                 [--metrics] [--access-log PATH [--access-log-format json]]
+                                 [--blocked-loop-threshold SECONDS] [--no-ceiling]
 """
 
 from __future__ import annotations
@@ -80,11 +82,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--metrics", action="store_true", help="count a server with metrics=True")
     parser.add_argument("--access-log", metavar="PATH", help="count a server with an access log written to PATH")
     parser.add_argument("--access-log-format", default="combined", choices=("combined", "json"))
+    parser.add_argument("--blocked-loop-threshold", metavar="SECONDS", help="count a server with the detector on")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the ceiling's runs")
     args = parser.parse_args(argv)
     options = ["--metrics"] if args.metrics else []
     if args.access_log:
         options += ["--access-log", args.access_log, "--access-log-format", args.access_log_format]
+    if args.blocked_loop_threshold:
+        options += ["--blocked-loop-threshold", args.blocked_loop_threshold]
     if shutil.which("valgrind") is None:
         print("valgrind is not installed: apt-get install -y valgrind", file=sys.stderr)
         return 2
