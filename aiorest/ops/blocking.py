@@ -33,6 +33,7 @@ import threading
 import time
 import traceback
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from sys import _current_frames  # documented in the sys module: each thread's innermost frame
 from types import CodeType, FrameType
@@ -162,7 +163,8 @@ class BlockedLoopDetector:
 
     def _began(self, due: float, now: float) -> _Block:
         frame = _current_frames().get(self._loop_thread)
-        request = self._request_in(frame)
+        driver = self._driver_frame(frame)
+        request = None if driver is None else driver.f_locals.get("request")
         route = OTHER if request is None else (request.route_template or UNMATCHED)
         raw_id = None if request is None else request.raw_id
         with self._lock:
@@ -180,14 +182,14 @@ class BlockedLoopDetector:
         self._logged_routes.add(route)
         where = "outside any request"
         if request is not None:
-            where = f"in {request.method} {route} (request {format_request_id(raw_id)})"
+            where = f"in {request.method} {route} (request {format_request_id(request.raw_id)})"
         self._log(
             raw_id,
             logging.WARNING,
             "event loop blocked for %.3f s so far %s; where it is stuck (innermost last):\n%s",
             now - due,
             where,
-            _stack(frame),
+            _stack(frame, driver),
             extra={"route": route, "blocked_seconds": round(now - due, 6)},
         )
         return _Block(due, route, raw_id, reported=True)
@@ -229,12 +231,12 @@ class BlockedLoopDetector:
             extra={"blocked_routes": dict(named), "blocked_seconds": round(longest, 6)},
         )
 
-    def _request_in(self, frame: FrameType | None) -> Any:
-        """The request whose handler runs in the stack ending at ``frame``, if any."""
+    def _driver_frame(self, frame: FrameType | None) -> FrameType | None:
+        """The frame of ``handler_code`` in the stack ending at ``frame``: a request's handler runs there."""
         code = self.handler_code
         while frame is not None and code is not None:
             if frame.f_code is code:
-                return frame.f_locals.get("request")
+                return frame
             frame = frame.f_back
         return None
 
@@ -248,10 +250,17 @@ class BlockedLoopDetector:
                 request_id_var.reset(token)
 
 
-def _stack(frame: FrameType | None) -> str:
-    """The innermost STACK_FRAMES frames of the stack ending at ``frame``, as a traceback prints them."""
+def _stack(frame: FrameType | None, outermost: FrameType | None) -> str:
+    """The stack ending at ``frame``, from ``outermost`` (all of it if None; STACK_FRAMES frames at most)."""
     if frame is None:
         return "  (the loop's thread has no Python frame)\n"
-    summary = traceback.StackSummary.extract(traceback.walk_stack(frame), limit=STACK_FRAMES)
+
+    def frames() -> Iterator[tuple[FrameType, int]]:
+        for found, line in traceback.walk_stack(frame):
+            yield found, line
+            if found is outermost:
+                return
+
+    summary = traceback.StackSummary.extract(frames(), limit=STACK_FRAMES)
     summary.reverse()
     return "".join(summary.format())
