@@ -1,6 +1,6 @@
 """The blocked-loop detector: which handler kept the event loop busy, for how long, and where it was stuck.
 
-Two parts. On the loop, a heartbeat: a timer every ``threshold / 4`` seconds that
+Two parts. On the loop, a heartbeat: a timer every ``threshold / 4`` seconds (5 ms at least) that
 writes when it is next due (one float; no work per request). In a daemon thread,
 the watchdog: it wakes as often, and when the heartbeat is overdue by
 ``threshold`` or more, the loop has run no timer for that long. The watchdog then
@@ -57,8 +57,10 @@ MAX_ROUTES = 1000
 REPORT_INTERVAL = 10.0
 STACKS_PER_INTERVAL = 5
 STACK_FRAMES = 40  # the innermost frames logged
+MIN_INTERVAL = 0.005  # seconds between two heartbeats at least, however low the threshold
 _SUMMARY_ROUTES = 10  # routes a summary names; the others are counted together
 
+_JOIN_TIMEOUT = 5.0
 _monotonic = time.monotonic
 
 
@@ -83,7 +85,7 @@ class BlockedLoopDetector:
         if not threshold > 0:
             raise ValueError(f"the blocked-loop threshold must be more than 0 seconds, got {threshold}")
         self.threshold = threshold
-        self.interval = threshold / 4
+        self.interval = max(threshold / 4, MIN_INTERVAL)
         self.report_interval = report_interval
         self.handler_code = handler_code
         self._due = 0.0  # written by the heartbeat only
@@ -128,7 +130,7 @@ class BlockedLoopDetector:
         thread, self._thread = self._thread, None
         if thread is not None:
             self._stopping.set()
-            thread.join()
+            thread.join(timeout=_JOIN_TIMEOUT)  # a log handler stuck for longer: the daemon thread is left
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             self._heartbeat = None
@@ -142,6 +144,12 @@ class BlockedLoopDetector:
     # -- in the watchdog thread -------------------------------------------------------------
 
     def _watch(self) -> None:
+        try:
+            self._watch_until_stopped()
+        except Exception:  # a bug of ours: say so, and leave the server alone
+            logger.exception("the blocked-loop watchdog failed: blocks are no longer detected")
+
+    def _watch_until_stopped(self) -> None:
         block: _Block | None = None
         while not self._stopping.wait(self.interval):
             now = _monotonic()
