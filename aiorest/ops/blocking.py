@@ -20,9 +20,10 @@ interval is over (or when the server stops). The counts by route (``totals``, re
 metrics) have at most ``MAX_ROUTES`` routes; past them, and for work outside a
 request (a timer, a background task), the route is ``OTHER``.
 
-A block inside C code that holds the GIL (a long regex, a C extension that does
-not release it) keeps the watchdog from running too: it is seen, and its stack
-read, only once the GIL is let go, which may be after the block.
+A block inside C code that holds the GIL (a long regex, a big integer, a C
+extension that does not release it) keeps the watchdog from running too: it is
+seen, and its stack read, only once the GIL is let go (usually the line that
+called the C code, which has just returned), and the WARNING says it was read late.
 """
 
 from __future__ import annotations
@@ -151,8 +152,10 @@ class BlockedLoopDetector:
 
     def _watch_until_stopped(self) -> None:
         block: _Block | None = None
+        waited_from = _monotonic()
         while not self._stopping.wait(self.interval):
             now = _monotonic()
+            held_up, waited_from = now - waited_from - self.interval, now  # past its wake-up, waiting for the GIL
             due = self._due
             if block is not None:
                 if due == block.due:
@@ -163,13 +166,13 @@ class BlockedLoopDetector:
             if self._suppressed and now >= self._quiet_until:
                 self._summarize()
             if now - due >= self.threshold:
-                block = self._began(due, now)
+                block = self._began(due, now, held_up)
         if block is not None:  # the server stops on the loop: it runs again
             self._ended(block, _monotonic() - block.due)
         if self._suppressed:
             self._summarize()
 
-    def _began(self, due: float, now: float) -> _Block:
+    def _began(self, due: float, now: float, held_up: float) -> _Block:
         frame = _current_frames().get(self._loop_thread)
         driver = self._driver_frame(frame)
         request = None if driver is None else driver.f_locals.get("request")
@@ -188,15 +191,19 @@ class BlockedLoopDetector:
             self._suppressed[route] += 1
             return _Block(due, route, raw_id, reported=False)
         self._logged_routes.add(route)
+        late = ""  # the watchdog woke up late: the loop thread kept the GIL
+        if held_up >= self.threshold / 2:
+            late = f" (read {held_up:.3f} s late: the GIL was held, by C code most likely)"
         where = "outside any request"
         if request is not None:
             where = f"in {request.method} {route} (request {format_request_id(request.raw_id)})"
         self._log(
             raw_id,
             logging.WARNING,
-            "event loop blocked for %.3f s so far %s; where it is stuck (innermost last):\n%s",
+            "event loop blocked for %.3f s so far %s; where it is stuck%s (innermost last):\n%s",
             now - due,
             where,
+            late,
             _stack(frame, driver),
             extra={"route": route, "blocked_seconds": round(now - due, 6)},
         )

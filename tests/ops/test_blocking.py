@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import math
 import threading
 import time
 from typing import Any
@@ -13,6 +15,7 @@ import pytest
 from aiorest import App, Server
 from aiorest.cli import _parser
 from aiorest.cli.options import config_from
+from aiorest.ops import JSONLogFormatter
 from aiorest.ops.blocking import DEVELOPMENT_THRESHOLD, OTHER, BlockedLoopDetector
 from aiorest.server import ServerConfig
 from tests.ops.test_admission import serving
@@ -29,6 +32,18 @@ def make_app() -> App:
     async def sleepy_handler(request):
         time.sleep(request.path_params["n"] / 1000)
         return {"slept_ms": request.path_params["n"]}
+
+    @app.get("/spin")
+    async def spinning_handler(request):
+        end = time.perf_counter() + 0.4
+        while time.perf_counter() < end:  # pure Python on the loop: the watchdog gets the GIL every 5 ms
+            pass
+        return {}
+
+    @app.get("/factorial")
+    async def factorial_handler(request):
+        math.factorial(200_000)  # C code that holds the GIL: about 0.4 s
+        return {}
 
     @app.get("/waits")
     async def waiting_handler(request):
@@ -76,6 +91,29 @@ async def test_a_handler_that_sleeps_is_logged_once_with_its_route_request_id_an
         assert value(found, "aiorest_event_loop_blocked_total", route=ROUTE) == 1
         assert value(found, "aiorest_event_loop_blocked_seconds_total", route=ROUTE) >= 0.1
     assert len(blocked_records(caplog, logging.WARNING)) == 1
+
+
+async def test_a_handler_that_computes_is_caught_in_its_loop(caplog):
+    async with serving(make_app(), blocked_loop_threshold=0.1) as (server, session):
+        async with session.get("/spin") as response:
+            assert response.status == 200
+            request_id = response.headers["X-Request-ID"]
+    (warning,) = blocked_records(caplog, logging.WARNING)
+    message = warning.getMessage()
+    assert f"GET /spin (request {request_id})" in message
+    assert "in spinning_handler\n" in message and "time.perf_counter() < end" in message
+    line = json.loads(JSONLogFormatter().format(warning))  # --log-format json: the fields of their own
+    assert line["request_id"] == request_id and line["route"] == "/spin" and line["blocked_seconds"] >= 0.1
+
+
+async def test_c_code_that_holds_the_gil_is_caught_when_it_lets_go_and_said_so(caplog):
+    async with serving(make_app(), blocked_loop_threshold=0.05) as (server, session):
+        async with session.get("/factorial") as response:
+            assert response.status == 200
+    (warning,) = blocked_records(caplog, logging.WARNING)
+    message = warning.getMessage()
+    assert "GET /factorial" in message and "late: the GIL was held" in message
+    assert "math.factorial(200_000)" in message  # the line that called it, just returned
 
 
 async def test_a_handler_that_awaits_is_not_blocking(caplog):
