@@ -113,7 +113,8 @@ async def test_c_code_that_holds_the_gil_is_caught_when_it_lets_go_and_said_so(c
     (warning,) = blocked_records(caplog, logging.WARNING)
     message = warning.getMessage()
     assert "GET /factorial" in message and "late: the GIL was held" in message
-    assert "math.factorial(200_000)" in message  # the line that called it, just returned
+    # read as the GIL was let go: in the handler, at the line that called it or (on a busy machine) a later one
+    assert "in factorial_handler\n" in message
 
 
 async def test_a_handler_that_awaits_is_not_blocking(caplog):
