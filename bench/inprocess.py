@@ -6,17 +6,18 @@ several repeats). What it leaves out (recv, send, epoll) is the same for every
 server on the machine, so a change here shows up clearly where wrk's figures
 would drown it in noise. ``--profile`` prints cProfile's top functions instead;
 ``--ceiling`` feeds the ceiling's canned-response protocol the same way, for
-comparison; ``--endpoints`` picks a subset. ``--metrics`` and ``--access-log PATH``
-(``--access-log-format json``) serve through a :class:`aiorest.Server` started
-with those options (listening on a port nobody connects to), to count their cost;
-``--tracing RATIO`` likewise, with OpenTelemetry tracing sampling that ratio of the requests
-(see ``_tracing``: the spans are encoded as OTLP/HTTP would send them, then dropped).
+comparison; ``--endpoints`` picks a subset. ``--metrics``, ``--access-log PATH``
+(``--access-log-format json``) and ``--blocked-loop-threshold SECONDS`` serve through
+a :class:`aiorest.Server` started with those options (listening on a port nobody
+connects to), to count their cost; ``--tracing RATIO`` likewise, with OpenTelemetry
+tracing sampling that ratio of the requests (see ``_tracing``: the spans are encoded as
+OTLP/HTTP would send them, then dropped).
 ``--forwarded`` times instead the resolution of hostile Forwarded/X-Forwarded-For
 headers (megabytes of elements) behind a trusted proxy, in milliseconds a request.
 
     python -m bench.inprocess [--requests 100000] [--repeats 7] [--profile] [--ceiling] [--endpoints /json]
-                              [--metrics] [--access-log PATH [--access-log-format json]] [--forwarded]
-                              [--tracing RATIO]
+                              [--metrics] [--access-log PATH [--access-log-format json]]
+                              [--blocked-loop-threshold SECONDS] [--tracing RATIO] [--forwarded]
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ async def _drive(
 
 async def _measure(args: argparse.Namespace) -> None:
     server: Server | None = None
-    if args.metrics or args.access_log or args.tracing is not None:
+    if args.metrics or args.access_log or args.blocked_loop_threshold or args.tracing is not None:
         server = Server(
             bench_app,
             host="127.0.0.1",
@@ -146,6 +147,7 @@ async def _measure(args: argparse.Namespace) -> None:
             metrics=args.metrics,
             access_log=args.access_log,
             access_log_format=args.access_log_format,
+            blocked_loop_threshold=args.blocked_loop_threshold,
             tracing=False if args.tracing is None else _tracing(args.tracing),
         )
         await server.start()
@@ -231,6 +233,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--metrics", action="store_true", help="serve with metrics=True")
     parser.add_argument("--access-log", metavar="PATH", help="serve with an access log written to PATH")
     parser.add_argument("--access-log-format", default="combined", choices=("combined", "json"))
+    parser.add_argument("--blocked-loop-threshold", type=float, metavar="SECONDS", help="serve with the detector on")
     parser.add_argument("--forwarded", action="store_true", help="time hostile Forwarded headers instead")
     parser.add_argument("--tracing", type=float, metavar="RATIO", help="serve with tracing, sampling RATIO")
     args = parser.parse_args(argv)

@@ -10,16 +10,18 @@ the framework's cost shows as such. It counts work, not time: cache misses and
 the kernel's share of a real socket are not in it, so confirm a gain with
 ``bench/run.py``.
 
-``--metrics`` and ``--access-log PATH`` (``--access-log-format json``) count a
-server started with those options (see ``bench.inprocess``): against a run
-without them, the options' cost in instructions. The access log's writer
-thread is counted too (valgrind counts every thread). ``--no-ceiling`` skips
-the ceiling's runs. ``--tracing RATIO`` counts a server tracing with OpenTelemetry
-(``bench.inprocess``), the batch processor's thread and the spans' encoding included.
+``--metrics``, ``--access-log PATH`` (``--access-log-format json``) and
+``--blocked-loop-threshold SECONDS`` count a server started with those options
+(see ``bench.inprocess``): against a run without them, the options' cost in
+instructions. The access log's writer thread and the blocked-loop detector's
+watchdog are counted too (valgrind counts every thread). ``--tracing RATIO``
+counts a server tracing with OpenTelemetry (``bench.inprocess``), the batch
+processor's thread and the spans' encoding included. ``--no-ceiling`` skips
+the ceiling's runs.
 
     python -m bench.instructions [--endpoints /json,/plaintext] [--requests 2000,12000]
-                                 [--metrics] [--access-log PATH [--access-log-format json]] [--no-ceiling]
-                                 [--tracing RATIO]
+                                 [--metrics] [--access-log PATH [--access-log-format json]]
+                                 [--blocked-loop-threshold SECONDS] [--tracing RATIO] [--no-ceiling]
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--metrics", action="store_true", help="count a server with metrics=True")
     parser.add_argument("--access-log", metavar="PATH", help="count a server with an access log written to PATH")
     parser.add_argument("--access-log-format", default="combined", choices=("combined", "json"))
+    parser.add_argument("--blocked-loop-threshold", metavar="SECONDS", help="count a server with the detector on")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the ceiling's runs")
     parser.add_argument("--tracing", metavar="RATIO", help="count a server tracing with OpenTelemetry, sampling RATIO")
     args = parser.parse_args(argv)
@@ -90,6 +93,8 @@ def main(argv: list[str]) -> int:
         options += ["--tracing", args.tracing]
     if args.access_log:
         options += ["--access-log", args.access_log, "--access-log-format", args.access_log_format]
+    if args.blocked_loop_threshold:
+        options += ["--blocked-loop-threshold", args.blocked_loop_threshold]
     if shutil.which("valgrind") is None:
         print("valgrind is not installed: apt-get install -y valgrind", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@
     python bench/run.py core --rounds 30            # /json, /plaintext: aiorest, aiohttp, ceiling
     python bench/run.py db --rounds 10              # TechEmpower DB endpoints: aiorest, aiohttp, bare asyncpg
     python bench/run.py drivers --rounds 30         # the example app on its two database drivers
+    python bench/run.py blocked --rounds 30         # /json with the blocked-loop detector off and on
     python bench/run.py --smoke --contenders aiohttp,ceiling --endpoints json   # a quick check
     python bench/run.py core --against /tmp/old-aiorest --contenders aiorest    # this tree over another
 
@@ -82,8 +83,14 @@ DRIVERS = [
     Contender("aiorest", EXAMPLE_APP),
     Contender("aiorest-aiopg", EXAMPLE_APP, {"DATABASE_DRIVER": "aiopg"}),
 ]
+# The blocked-loop detector's cost: the core suite's server with it off and on (docs/deployment.rst).
+BLOCKED = [
+    CORE[0],
+    Contender("aiorest-blocked", [*CORE[0].command, "--blocked-loop-threshold", "0.1"]),
+]
 SUITES = {
     "core": (CORE, ["/json", "/plaintext"]),
+    "blocked": (BLOCKED, ["/json"]),
     "db": (DB, ["/db", "/queries?queries=20", "/fortunes", "/updates?queries=20"]),
     "drivers": (DRIVERS, ["/db", "/queries?queries=20", "/fortunes"]),
 }

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..http.limits import Limits, limit_help
+from ..ops.blocking import DEVELOPMENT_THRESHOLD
 from ..server.config import Flag, ServerConfig, at_least_one, flags, positive
 
 __all__ = ["add_flags", "config_from", "COMMAND_LINE_FLAGS", "LIMIT_FLAGS"]
@@ -127,6 +128,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 def config_from(args: argparse.Namespace, **more: Any) -> ServerConfig:
     """The ServerConfig the parsed flags give (``--workers`` absent: one), with ``more`` fields.
 
+    With ``--reload``, the blocked-loop detector is on at ``DEVELOPMENT_THRESHOLD`` unless a threshold is given.
+
     ``--host`` or ``--port`` with ``--unix`` is refused (SystemExit): one of them would be ignored.
     """
     given = {option.name: getattr(args, option.name) for option, _ in flags()}
@@ -138,6 +141,8 @@ def config_from(args: argparse.Namespace, **more: Any) -> ServerConfig:
         if option.name in ("host", "port") and given[option.name] is None:
             given[option.name] = option.default
     given["workers"] = given["workers"] or 1
+    if getattr(args, "reload", False) and given["blocked_loop_threshold"] is None:  # on in development, unless given
+        given["blocked_loop_threshold"] = DEVELOPMENT_THRESHOLD
     overrides = {name: getattr(args, name) for name in LIMIT_FLAGS if getattr(args, name, None) is not None}
     try:
         return ServerConfig(**given, limit_overrides=overrides or None, **more)

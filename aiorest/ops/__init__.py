@@ -1,7 +1,8 @@
-"""What the server wraps around endpoints: access log, admission, health, metrics, loop lag."""
+"""What the server wraps around endpoints: access log, admission, health, metrics, loop lag, blocked loop."""
 
 from .accesslog import AccessLog
 from .admission import Admission
+from .blocking import BlockedLoopDetector
 from .health import HealthProbes
 from .lag import LoopLagMonitor
 from .logformat import JSONLogFormatter
@@ -10,6 +11,7 @@ from .metrics import Metrics, prepare_multiprocess_dir, prometheus_available, wo
 __all__ = [
     "AccessLog",
     "Admission",
+    "BlockedLoopDetector",
     "HealthProbes",
     "JSONLogFormatter",
     "LoopLagMonitor",

@@ -47,3 +47,22 @@ class JSONLogFormatter(logging.Formatter):
         if record.stack_info:
             line["stack"] = self.formatStack(record.stack_info)
         return json.dumps(line, ensure_ascii=False, default=repr)
+
+
+# What run() logs with: the request id is "-" outside a request (see requestid.py).
+LOG_FORMAT = "%(asctime)s [%(request_id)s] %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging(level: str, log_format: str, text_format: str) -> None:
+    """The root logger at ``level``, its lines ``text_format`` or JSON (``log_format="json"``), unless the
+    app configured logging itself (``logging.basicConfig`` does nothing then)."""
+    if log_format == "json":
+        handler = logging.StreamHandler()
+        handler.setFormatter(JSONLogFormatter())
+        logging.basicConfig(level=level.upper(), handlers=[handler])
+    else:
+        logging.basicConfig(level=level.upper(), format=text_format)
+
+
+# With --workers, the pid tells whose line it is (the workers inherit the parent's configuration).
+WORKERS_LOG_FORMAT = "%(asctime)s [%(request_id)s] %(levelname)s %(name)s[%(process)d]: %(message)s"

@@ -3,7 +3,9 @@
 Names (see docs/deployment): ``aiorest_requests_total{route,method,status}``,
 ``aiorest_request_duration_seconds{route}``, ``aiorest_requests_in_flight``,
 ``aiorest_admission_rejections_total{reason}``, ``aiorest_admission_queued``,
-``aiorest_event_loop_lag_seconds``, the ``aiorest_db_pool_*`` gauges and the background
+``aiorest_event_loop_lag_seconds``, ``aiorest_event_loop_blocked_total{route}`` and
+``aiorest_event_loop_blocked_seconds_total{route}`` (with the blocked-loop detector on),
+the ``aiorest_db_pool_*`` gauges and the background
 tasks' ``aiorest_background_tasks_pending``, ``aiorest_background_tasks_done_total`` and
 ``aiorest_background_tasks_failed_total``.
 ``route`` is the route's template, never the raw path (``<unmatched>`` when no
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from ..http.request import Request
     from ..routing.route import Handler
     from .admission import Admission
+    from .blocking import BlockedLoopDetector
 
 __all__ = ["Metrics", "prepare_multiprocess_dir", "worker_exited"]
 
@@ -115,6 +118,17 @@ class Metrics:
             "aiorest_event_loop_lag_seconds", "How late a periodic timer of the event loop fires.",
             buckets=LAG_BUCKETS, registry=registry,
         )  # fmt: skip
+        self.loop_blocked = prom.Counter(
+            "aiorest_event_loop_blocked", "Times the event loop was blocked past the threshold, by route template.",
+            ("route",), registry=registry,
+        )  # fmt: skip
+        self.loop_blocked_seconds = prom.Counter(
+            "aiorest_event_loop_blocked_seconds", "Seconds the event loop was blocked past the threshold, by route.",
+            ("route",), registry=registry,
+        )  # fmt: skip
+        #: the server's blocked-loop detector, when it has one: its counts are flushed with the others
+        self.blocked_loop: BlockedLoopDetector | None = None
+        self._blocked_seen: tuple[int, dict[str, tuple[int, float]]] = (0, {})  # its changes, totals flushed
         self.pool_size = self._gauge("aiorest_db_pool_size", "Database connections open or being opened.")
         self.pool_max_size = self._gauge("aiorest_db_pool_max_size", "The database pools' max_size.")
         self.pool_in_use = self._gauge("aiorest_db_pool_in_use", "Database connections held by requests.")
@@ -249,6 +263,19 @@ class Metrics:
             for reason, count in counts.items():
                 self.rejections.labels(reason).inc(count)
         self._flush_background()
+        if self.blocked_loop is not None and self.blocked_loop.changes != self._blocked_seen[0]:
+            self._flush_blocked(self.blocked_loop)
+
+    def _flush_blocked(self, detector: BlockedLoopDetector) -> None:
+        changes, totals = detector.changes, detector.totals()
+        seen = self._blocked_seen[1]
+        for route, (blocks, seconds) in totals.items():
+            seen_blocks, seen_seconds = seen.get(route, (0, 0.0))
+            if blocks > seen_blocks:
+                self.loop_blocked.labels(route).inc(blocks - seen_blocks)
+            if seconds > seen_seconds:
+                self.loop_blocked_seconds.labels(route).inc(seconds - seen_seconds)
+        self._blocked_seen = (changes, totals)
 
     def _flush_background(self) -> None:
         background = self.background

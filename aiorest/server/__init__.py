@@ -1,8 +1,9 @@
 """The server: listeners, the connection, driving handlers, the process model."""
 
 from ..http.limits import Limits
+from ..ops.logformat import LOG_FORMAT, WORKERS_LOG_FORMAT
 from .config import ServerConfig
-from .server import DEFAULT_QUEUE_TIMEOUT, IDLE_GRACE, LOG_FORMAT, WORKERS_LOG_FORMAT, Server, new_event_loop, run
+from .server import DEFAULT_QUEUE_TIMEOUT, IDLE_GRACE, Server, new_event_loop, run
 from .shared import ServerState
 
 __all__ = [

@@ -73,6 +73,14 @@ def positive(text: str) -> float:
     return value
 
 
+def _seconds_or_off(text: str) -> float:
+    """Seconds, 0 or more (0: off)."""
+    value = float(text)
+    if not value >= 0:
+        raise ValueError(f"must be 0 (off) or more, got {text}")
+    return value
+
+
 @dataclass(frozen=True, kw_only=True)
 class ServerConfig:
     """The options of a server: where it listens, its limits, and what it serves besides the app.
@@ -88,7 +96,9 @@ class ServerConfig:
     ``queue_timeout`` seconds, the others answered 503
     (:class:`~aiorest.ops.admission.Admission`); ``cancel_on_disconnect`` cancels a
     handler whose client has gone; ``health`` serves ``/healthz`` and ``/readyz``;
-    ``metrics`` serves Prometheus metrics at ``/metrics`` (needs ``prometheus_client``).
+    ``metrics`` serves Prometheus metrics at ``/metrics`` (needs ``prometheus_client``);
+    ``blocked_loop_threshold`` (seconds; None or 0: off) logs and counts each time the event loop
+    is blocked that long (:class:`~aiorest.ops.BlockedLoopDetector`).
 
     ``forwarded_allow_ips``: the proxies whose forwarding headers are believed
     (addresses, CIDR ranges, ``unix``, ``*``; a list or a comma-separated string;
@@ -174,6 +184,17 @@ class ServerConfig:
             parse=bool,
         ),
     )
+    # the blocked-loop detector (ops/blocking.py); `aiorest run --reload` turns it on at DEVELOPMENT_THRESHOLD
+    blocked_loop_threshold: float | None = _option(
+        None,
+        Flag(
+            "log (with the stack where it is stuck) and count each time the event loop is blocked"
+            " this many seconds or more, e.g. 0.1 (default off; 0 is off)",
+            env="AIOREST_BLOCKED_LOOP_THRESHOLD",
+            parse=_seconds_or_off,
+            metavar="SECONDS",
+        ),
+    )
     # request ids, trusted proxies, access log
     forwarded_allow_ips: str | list[str] | None = _option(
         None,
@@ -212,6 +233,8 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
+        if self.blocked_loop_threshold is not None and not self.blocked_loop_threshold >= 0:
+            raise ValueError(f"blocked_loop_threshold must be 0 (off) or more, got {self.blocked_loop_threshold}")
         if self.limit_overrides:
             self.limits_over(Limits())  # a name that is not a limit, or a value out of range: ValueError now
 
@@ -262,3 +285,12 @@ def keyword_parameters() -> list[inspect.Parameter]:
         inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
         for f in dataclasses.fields(ServerConfig)
     ]
+
+
+def with_keywords(function: Callable[..., object], *, after: str) -> None:
+    """Give ``function`` a signature that lists ServerConfig's fields as keywords, after the parameter ``after``."""
+    signature = inspect.signature(function)
+    parameters = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    at = [p.name for p in parameters].index(after) + 1
+    keywords = [p for p in keyword_parameters() if p.name not in signature.parameters]
+    function.__signature__ = signature.replace(parameters=[*parameters[:at], *keywords, *parameters[at:]])  # type: ignore[attr-defined]

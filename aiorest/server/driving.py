@@ -297,6 +297,9 @@ class HandlerDriver:
             logger.exception("answering %s %s failed", request.method, request.path)
             self._abandon(request)
 
+    #: The code whose frame answers its local ``request``: the blocked-loop detector finds the request there.
+    handler_code = _handle.__code__
+
     def log_switch(self, request: Request) -> None:
         """``request``'s connection changed protocol (a WebSocket accepted): its access log line, status 101,
         as the 101 goes out (the handler goes on with the WebSocket)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import os
 import signal
@@ -17,10 +16,12 @@ from ..http.forwarded import TrustedProxies
 from ..http.limits import Limits
 from ..ops.accesslog import AccessLog
 from ..ops.admission import Admission
+from ..ops.blocking import BlockedLoopDetector
 from ..ops.health import HealthProbes
 from ..ops.lag import LoopLagMonitor
-from ..ops.logformat import JSONLogFormatter
-from .config import DEFAULT_QUEUE_TIMEOUT, ServerConfig, keyword_parameters, tracing_of
+from ..ops.logformat import LOG_FORMAT, configure_logging
+from .config import DEFAULT_QUEUE_TIMEOUT, ServerConfig, tracing_of, with_keywords
+from .driving import HandlerDriver
 from .listeners import bind_unix, remove_unix_socket
 from .protocol import HttpProtocol, ServerState
 
@@ -39,23 +40,6 @@ _LAG_INTERVAL = 0.05  # the event-loop lag metric's timer
 # (or a proxy) that sends its next request on one in that time is answered, with
 # ``Connection: close``, instead of finding the connection closed under it.
 IDLE_GRACE = 2.0
-# What run() logs with: the request id is "-" outside a request (see requestid.py).
-LOG_FORMAT = "%(asctime)s [%(request_id)s] %(levelname)s %(name)s: %(message)s"
-
-
-def configure_logging(level: str, log_format: str, text_format: str) -> None:
-    """The root logger at ``level``, its lines ``text_format`` or JSON (``log_format="json"``), unless the
-    app configured logging itself (``logging.basicConfig`` does nothing then)."""
-    if log_format == "json":
-        handler = logging.StreamHandler()
-        handler.setFormatter(JSONLogFormatter())
-        logging.basicConfig(level=level.upper(), handlers=[handler])
-    else:
-        logging.basicConfig(level=level.upper(), format=text_format)
-
-
-# With --workers, the pid tells whose line it is (the workers inherit the parent's configuration).
-WORKERS_LOG_FORMAT = "%(asctime)s [%(request_id)s] %(levelname)s %(name)s[%(process)d]: %(message)s"
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -113,11 +97,13 @@ class Server:
         self.health = (
             HealthProbes(lambda: self._state.draining, app.database, app.readiness.checks) if config.health else None
         )
+        self.blocked_loop = BlockedLoopDetector.of(config.blocked_loop_threshold, HandlerDriver.handler_code)
         self.metrics: Metrics | None = None
         if config.metrics:
             from ..ops.metrics import Metrics  # imports prometheus_client: only when asked for
 
             self.metrics = Metrics(app, self.admission, app.database, websockets=lambda: len(self._state.websockets))
+            self.metrics.blocked_loop = self.blocked_loop
             if self._lag is None:
                 self._lag = LoopLagMonitor(interval=_LAG_INTERVAL, max_samples=1)
             self._lag.on_sample = self.metrics.observe_lag
@@ -165,6 +151,8 @@ class Server:
             self._state.start(loop)
             if self._lag is not None:
                 self._lag.start(loop)
+            if self.blocked_loop is not None:
+                self.blocked_loop.start(loop)
             if self.access_log is not None:
                 self.access_log.start()
 
@@ -240,6 +228,8 @@ class Server:
                 self._lag.write(self.loop_lag_report)
         if self.health is not None:
             await self.health.close()
+        if self.blocked_loop is not None:
+            self.blocked_loop.stop()  # before the metrics' last flush
         if self.metrics is not None:
             self.metrics.stop()
         if self.access_log is not None:
@@ -369,17 +359,8 @@ def run(
     raise SystemExit(1)
 
 
-def _with_keywords(function: Callable[..., object], *, after: str) -> None:
-    """Give ``function`` a signature that lists ServerConfig's fields as keywords, after the parameter ``after``."""
-    signature = inspect.signature(function)
-    parameters = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    at = [p.name for p in parameters].index(after) + 1
-    keywords = [p for p in keyword_parameters() if p.name not in signature.parameters]
-    function.__signature__ = signature.replace(parameters=[*parameters[:at], *keywords, *parameters[at:]])  # type: ignore[attr-defined]
-
-
-_with_keywords(Server.__init__, after="config")
-_with_keywords(run, after="config")
+with_keywords(Server.__init__, after="config")
+with_keywords(run, after="config")
 
 
 @contextlib.contextmanager

@@ -22,4 +22,6 @@ async def plaintext(request: Request) -> Response:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
-    app.run(host="127.0.0.1", port=parser.parse_args().port, log_level="warning")
+    parser.add_argument("--blocked-loop-threshold", type=float, help="the blocked-loop detector on (the blocked suite)")
+    args = parser.parse_args()
+    app.run(host="127.0.0.1", port=args.port, log_level="warning", blocked_loop_threshold=args.blocked_loop_threshold)

@@ -443,6 +443,34 @@ async def exercise_behind_proxy(module: ModuleType, client: Any, caplog: pytest.
         await server.stop(timeout=2)
 
 
+async def exercise_blocking(module: ModuleType, client: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # Served as its __main__ says; a server for each handler, so that each logs its stack (docs/server.rst).
+    requests = [
+        ("GET", "/report", None, "in report\n", "time.sleep(0.3)"),
+        ("POST", "/signup", {"password": "s3cret"}, "in password_hash\n", "return hashlib.scrypt("),
+        ("POST", "/signup-in-thread", {"password": "s3cret"}, None, None),
+    ]
+    for method, path, body, function, line in requests:
+        caplog.clear()
+        server = aiorest.Server(module.app, port=0, blocked_loop_threshold=0.1)
+        await server.start()
+        try:
+            async with aiohttp.ClientSession(server.url) as session:
+                async with session.request(method, path, json=body) as response:
+                    assert response.status == 200
+                    request_id = response.headers["X-Request-ID"]
+        finally:
+            await server.stop(timeout=2)
+        warnings = [r for r in caplog.records if r.name == "aiorest.blocked" and r.levelno == logging.WARNING]
+        if function is None:  # the hash in a thread: the loop was free
+            assert not [r for r in warnings if path in r.getMessage()]
+            continue
+        (warning,) = warnings
+        message = warning.getMessage()
+        assert f"{method} {path} (request {request_id})" in message
+        assert function in message and line in message
+
+
 async def exercise_typed_orders(module: ModuleType, client: Any) -> None:
     order = {"customer": "Ada", "lines": [{"sku": "TEA-1", "quantity": 2}, {"sku": "CUP-7"}]}
     async with client.post("/orders", json=order) as response:
@@ -930,6 +958,7 @@ EXERCISES: dict[str, Callable[..., Awaitable[None]]] = {
     "background": exercise_background,
     "background_arq": exercise_background_arq,
     "behind_proxy": exercise_behind_proxy,
+    "blocking": exercise_blocking,
     "inventory": exercise_inventory,
     "aiopg_pool": exercise_aiopg_pool,
     "events": exercise_events,
@@ -997,7 +1026,7 @@ async def test_example(
         await exercise(module, aiorest_client, aiohttp_client)
     elif name == "errors":
         await exercise(module, await aiorest_client(module.app), caplog)
-    elif name in ("behind_proxy", "tracing"):  # serves itself: the proxy setting, the tracing, are the server's
+    elif name in ("behind_proxy", "tracing", "blocking"):  # serve themselves: the setting shown is the server's
         await exercise(module, None, caplog)
     else:
         await exercise(module, await aiorest_client(module.app))

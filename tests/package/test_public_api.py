@@ -133,6 +133,7 @@ DOCUMENTED = {
     ],
     "aiorest.ops": [
         "Admission",
+        "BlockedLoopDetector",
         "HealthProbes",
         "JSONLogFormatter",
         "Metrics",

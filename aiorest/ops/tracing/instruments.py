@@ -98,6 +98,7 @@ def uninstall() -> None:
 
 def _family(cls: type) -> Iterator[type]:
     yield cls
+    sub: type
     for sub in cls.__subclasses__():
         yield from _family(sub)
 

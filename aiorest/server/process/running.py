@@ -21,9 +21,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...ops.logformat import WORKERS_LOG_FORMAT, configure_logging
 from ..config import ServerConfig
 from ..listeners import bind_tcp, bind_unix, remove_unix_socket
-from ..server import WORKERS_LOG_FORMAT, configure_logging, run
+from ..server import run
 from .loading import load_app
 from .supervisor import run_workers
 from .watch import Watcher, WatchOptions, watchfiles_available
