@@ -194,6 +194,8 @@ def test_flags_that_do_not_go_with_reload_are_refused(tmp_path, args, message):
 
 
 SCRIPT = """
+import time
+
 from aiorest import App
 
 app = App()
@@ -202,6 +204,12 @@ app = App()
 @app.get("/version")
 async def version(request):
     return {{"version": {version}}}
+
+
+@app.get("/stuck")
+async def stuck(request):
+    time.sleep(0.3)  # a blocked loop: the detector is on under reload
+    return {{}}
 
 
 if __name__ == "__main__":
@@ -229,6 +237,10 @@ def test_app_run_with_reload_imports_the_script_again_on_a_change(tmp_path):
                 except OSError:
                     time.sleep(0.05)
         while "reloaded in" not in (tmp_path / "log").read_text():  # the parent hears it a moment later
+            assert time.monotonic() < deadline, (tmp_path / "log").read_text()
+            time.sleep(0.05)
+        assert http_get(port, "/stuck")[0] == 200
+        while "event loop blocked for" not in (tmp_path / "log").read_text():  # on at 0.1 s under reload
             assert time.monotonic() < deadline, (tmp_path / "log").read_text()
             time.sleep(0.05)
     finally:

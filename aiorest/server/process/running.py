@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...ops.blocking import DEVELOPMENT_THRESHOLD
 from ...ops.logformat import WORKERS_LOG_FORMAT, configure_logging
 from ..config import ServerConfig
 from ..listeners import bind_tcp, bind_unix, remove_unix_socket
@@ -135,6 +136,8 @@ def run_app_reloading(app: App, config: ServerConfig | None, options: Mapping[st
     watch = watch_options(
         spec, rest.pop("reload_dirs", ()), rest.pop("reload_includes", ()), rest.pop("reload_excludes", ())
     )
+    if "blocked_loop_threshold" not in rest and (config is None or config.blocked_loop_threshold is None):
+        rest["blocked_loop_threshold"] = DEVELOPMENT_THRESHOLD  # on in development, as with aiorest run --reload
     config = ServerConfig.of(config, rest, what="App.run()")
     if config.workers != 1:
         raise ValueError(f"app.run(reload=True) runs one worker, got workers={config.workers}")
