@@ -28,7 +28,7 @@ COMMAND_LINE_FLAGS: dict[str, Flag] = {
     ),
     # aiorest run --reload (docs/server.rst: Reload while developing)
     "reload": Flag(
-        "restart the worker when the app's code changes, for development (needs pip install aiorest[reload])",
+        "restart the worker when the app's code changes, for development (needs pip install '.[reload]')",
         parse=bool,
         cli_default=False,
     ),

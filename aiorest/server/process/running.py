@@ -105,7 +105,7 @@ def watch_options(
     """What ``--reload`` watches for ``spec``: the directory of its module's top-level package (that of
     the module itself when it is not in a package), and ``dirs``. SystemExit if that cannot be."""
     if not watchfiles_available():
-        raise SystemExit("aiorest: --reload needs watchfiles: pip install aiorest[reload] ('.[reload]' in a checkout)")
+        raise SystemExit("aiorest: --reload needs watchfiles: pip install '.[reload]' in aiorest's checkout")
     top = spec.partition(":")[0].partition(".")[0]
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
