@@ -169,6 +169,33 @@ async def test_expired_cookie_gives_an_empty_session(aiorest_client: Any) -> Non
         assert (await response.json())["data"] == {}
 
 
+async def test_a_cookie_verified_once_still_expires_and_loads_a_fresh_copy_each_time() -> None:
+    store = CookieSessionStore([NEW])
+    value = await store.save(Session({"roles": ["user"]}), 60)
+    first = store.load_now(value, 60)  # verified, and remembered as verified
+    assert first is not None
+    first["roles"].append("admin")  # changed in place: not saved, and not seen by the next request
+    again = store.load_now(value, 60)
+    assert again is not None and again["roles"] == ["user"] and again.id == first.id
+    assert store.load_now(value[:-2] + ("AA" if not value.endswith("AA") else "BB"), 60) is None
+    # Issued 30 seconds ago (re-signed, as a client cannot): loaded within 60 s, then past 20 s, from the cache.
+    body = base64.urlsafe_b64encode(json.dumps({"t": int(time.time()) - 30, "i": first.id, "d": {}}).encode())
+    payload = body.rstrip(b"=").decode()
+    signature = base64.urlsafe_b64encode(store._sign(store._keys[0], payload)).rstrip(b"=").decode()
+    assert store.load_now(f"{payload}.{signature}", 60) is not None
+    assert store.load_now(f"{payload}.{signature}", 20) is None  # the expiry is checked on every load
+
+
+async def test_the_verified_cookies_kept_are_bounded() -> None:
+    store = CookieSessionStore([NEW])
+    values = [await store.save(Session({"n": n}), 60) for n in range(600)]
+    for n, value in enumerate(values):
+        loaded = store.load_now(value, 60)
+        assert loaded is not None and loaded["n"] == n
+    assert len(store._verified) == 512
+    assert store.load_now(values[0], 60)["n"] == 0  # gone from the cache: verified again
+
+
 async def test_key_rotation(aiorest_client: Any) -> None:
     signed_by_old = await CookieSessionStore([OLD]).save(Session({"k": 1}), 60)
     rotated = CookieSessionStore([NEW, OLD])

@@ -44,6 +44,8 @@ COOKIE_LIMIT = 4096
 _MIN_SECRET = 32  # bytes: a key shorter than the HMAC's 256-bit output weakens it
 _CLOCK_SKEW = 60  # seconds a cookie's issue time may be ahead of this server's clock
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")  # secrets.token_urlsafe(32)
+_VERIFIED = 512  # cookie values a CookieSessionStore remembers as verified (each at most COOKIE_LIMIT bytes, twice)
+_decode_json = json.JSONDecoder().decode  # json.loads on a str, less its checks of the argument
 
 
 def stored_id(session_id: str) -> str:
@@ -116,22 +118,27 @@ class CookieSessionStore(SessionStore):
                     " random bytes, such as secrets.token_urlsafe(32) gives"
                 )
         self._keys = keys
+        # Cookie values whose signature checked out -> their payload's JSON: a client sends the same cookie
+        # request after request, and its next ones skip the HMAC and base64. Only a value this store's keys
+        # signed gets in; the expiry is checked on every load; the oldest goes past _VERIFIED.
+        self._verified: dict[str, str] = {}
 
     def _sign(self, key: bytes, payload: str) -> bytes:
         return hmac.new(key, b"aiorest.session:" + payload.encode("ascii"), hashlib.sha256).digest()
 
     def load_now(self, value: str, max_age: int) -> Session | None:
-        if len(value) > COOKIE_LIMIT:
-            return None
-        payload, dot, signature = value.rpartition(".")
-        if not dot:
-            return None
-        try:
-            mac = _b64decode(signature)
-            if not any(hmac.compare_digest(mac, self._sign(key, payload)) for key in self._keys):
+        verified = self._verified
+        text = verified.get(value)
+        if text is None:
+            text = self._verify(value)
+            if text is None:
                 return None
-            content = json.loads(_b64decode(payload))
-        except (binascii.Error, ValueError):  # bad base64, non-ASCII, bad JSON
+            if len(verified) >= _VERIFIED:
+                del verified[next(iter(verified))]
+            verified[value] = text
+        try:
+            content = _decode_json(text)
+        except ValueError:
             return None
         if not isinstance(content, dict):
             return None
@@ -142,6 +149,22 @@ class CookieSessionStore(SessionStore):
         if not issued - _CLOCK_SKEW <= now < issued + max_age:
             return None
         return Session(data, session_id)
+
+    def _verify(self, value: str) -> str | None:
+        """The JSON a cookie value carries, if one of the keys signed it; None if not (or not base64)."""
+        if len(value) > COOKIE_LIMIT:
+            return None
+        payload, dot, signature = value.rpartition(".")
+        if not dot:
+            return None
+        try:
+            mac = _b64decode(signature)
+            for key in self._keys:
+                if hmac.compare_digest(mac, self._sign(key, payload)):
+                    return _b64decode(payload).decode()
+        except (binascii.Error, ValueError):  # bad base64, non-ASCII, not UTF-8
+            return None
+        return None
 
     async def save(self, session: Session, max_age: int) -> str:
         content = {"t": int(time.time()), "i": session.id, "d": dict(session)}
