@@ -18,7 +18,7 @@ from ..http import requestid
 from ..http.exceptions import ClientDisconnected, HTTPError
 from ..http.jsoncodec import JSONCodec
 from ..http.request import Request
-from ..http.response import Response, StreamResponse, error_response
+from ..http.response import JSONResponse, Response, StreamResponse, error_response
 from ..http.sse import EventSourceResponse
 from .shared import ServerState
 from .wire import CONTENT_TYPE_LINES, STATUS_BYTES, STATUS_LINES, content_type_line
@@ -52,7 +52,8 @@ def short_answer(
 ) -> bytes | None:
     """The whole message for a common answer on a kept-alive HTTP/1.1 connection, else None.
 
-    A dict or a list (JSON, 200), or a plain Response with a small bytes body and
+    A dict or a list (JSON, 200), a JSONResponse of 200 with no headers of its own (what a dict
+    becomes under middleware), or a plain Response with a small bytes body and
     no headers of its own: one formatted write, no list of lines. Anything else,
     and a result the codec cannot encode, goes the general way (``write_response``).
     """
@@ -80,6 +81,11 @@ def short_answer(
                 len(content),
                 content,
             )
+    elif result_type is JSONResponse and result._headers is None and result._status == 200:
+        # what a handler's dict becomes under middleware that left it as it was (a session read, say)
+        data = result.data
+        if type(data) is dict or type(data) is list:
+            return short_answer(data, state, dumps, request_id)
     return None
 
 

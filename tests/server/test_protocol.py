@@ -7,7 +7,7 @@ import contextvars
 
 import pytest
 
-from aiorest import App, Limits, Request, StreamResponse
+from aiorest import App, JSONResponse, Limits, Request, Router, StreamResponse
 from aiorest.server.protocol import HttpProtocol, ServerState
 from tests.rawhttp import RawResponse, parse_responses
 
@@ -933,3 +933,34 @@ async def test_a_shutdown_with_idle_grace_keeps_an_idle_connection_for_its_next_
     [_, second] = await conn.responses(2)
     assert second.status == 200 and second.header("connection") == "close"
     assert conn.transport.closed
+
+
+async def test_a_dict_under_middleware_is_sent_as_the_plain_routes_dict_and_a_json_response_keeps_its_own():
+    app = App()
+
+    async def passing(request: Request, handler):
+        return await handler(request)
+
+    async def plain(request: Request) -> dict[str, str]:
+        return {"message": "Hello, World!"}
+
+    async def created(request: Request) -> JSONResponse:
+        return JSONResponse({"id": 1}, status=201)
+
+    async def tagged(request: Request) -> JSONResponse:
+        return JSONResponse({"id": 2}, headers={"ETag": '"v2"'})
+
+    app.add_route("GET", "/plain", plain)
+    router = Router(middleware=[passing])
+    for path, handler in (("/plain", plain), ("/created", created), ("/tagged", tagged)):
+        router.add_route("GET", path, handler)
+    app.include(router, "/wrapped")
+    await app.startup()
+    conn = Connection(app)
+    for path in (b"/plain", b"/wrapped/plain", b"/wrapped/created", b"/wrapped/tagged"):
+        conn.feed(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    bare, wrapped, made, etagged = await conn.responses(4)
+    heads = [[(k, v) for k, v in r.headers if k.lower() != "x-request-id"] for r in (bare, wrapped)]
+    assert heads[0] == heads[1] and bare.body == wrapped.body  # the same head, in the same order
+    assert made.status == 201 and made.body == b'{"id":1}'
+    assert etagged.status == 200 and etagged.header("etag") == '"v2"' and etagged.body == b'{"id":2}'
