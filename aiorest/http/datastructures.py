@@ -94,7 +94,7 @@ class Headers:
     def __init__(self, headers: Mapping[str, str] | Iterable[tuple[str, str]] | None = None) -> None:
         self._list: list[tuple[str, str, str]] = []  # (lower name, name, value)
         if headers is not None:
-            items = headers.items() if isinstance(headers, Mapping) else headers
+            items = headers.items() if type(headers) is dict or isinstance(headers, Mapping) else headers
             for name, value in items:
                 self.add(name, value)
 
@@ -124,10 +124,11 @@ class Headers:
     @overload
     def get(self, name: str, default: _T) -> str | _T: ...
     def get(self, name: str, default: Any = None) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            return default
+        lname = name.lower()  # as __getitem__, without raising and catching a KeyError for an absent name
+        for key, _, value in self._list:
+            if key == lname:
+                return value
+        return default
 
     def getall(self, name: str) -> list[str]:
         lname = name.lower()
@@ -155,6 +156,11 @@ class Headers:
     def items(self) -> list[tuple[str, str]]:
         """Every ``(name, value)`` pair, repeated names included, names as given."""
         return [(name, value) for _, name, value in self._list]
+
+    def field_lines(self, leave_out: frozenset[str] = frozenset()) -> str:
+        """The fields as a message head writes them, ``Name: value\\r\\n`` each, in order, less those
+        whose lower-case name is in ``leave_out`` (every value was checked when it was set)."""
+        return "".join([f"{name}: {value}\r\n" for key, name, value in self._list if key not in leave_out])
 
     def add(self, name: str, value: str) -> None:
         """Append a value, keeping any that ``name`` already has."""

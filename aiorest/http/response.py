@@ -270,6 +270,9 @@ def add_vary(headers: Headers | MutableMapping[str, str], *names: str) -> None:
     """
     if isinstance(headers, Headers):
         values = headers.getall("Vary")
+        if not values and len(names) == 1 and names[0] and names[0] != "*":  # the usual case: the first Vary
+            headers.add("Vary", names[0])
+            return
     else:  # HTTPError.headers: one value a name, in whatever case it was given
         values = [value for key, value in headers.items() if key.lower() == "vary"]
     tokens: dict[str, str] = {}  # lower case -> as first written

@@ -28,6 +28,8 @@ __all__ = ["CLOSE", "KEEP_ALIVE", "short_answer", "response_head", "write_respon
 CLOSE = "Connection: close\r\n"
 KEEP_ALIVE = "Connection: keep-alive\r\n"  # for an HTTP/1.0 client that asked to keep alive
 _NO_BODY_STATUSES = frozenset({204, 304})
+# A handler's fields the server writes itself (Content-Type from a header of the handler's, if it set one)
+_SERVERS_OWN = frozenset({"content-type", "content-length", "transfer-encoding", "x-request-id"})
 _LARGE_BODY = 16 * 1024  # above this, head and body go to the socket as two buffers
 # The two short answers' formats, for an id given by a proxy (bytes) and for one made here
 # (a number, shown after the process's prefix). The prefix is part of the format, made again
@@ -66,12 +68,18 @@ def short_answer(
         if type(request_id) is int:
             return _JSON_MADE % (state.json_prefix, request_id, len(payload), payload)
         return _JSON_GIVEN % (state.json_prefix, request_id, len(payload), payload)
-    if result_type is Response and result._headers is None:
+    if (result_type is Response or result_type is JSONResponse) and result._headers is None:
         # The slots behind the properties: what the setters let through is safe to send.
+        status = result._status
+        if result_type is JSONResponse:  # what a handler's dict becomes under middleware that left it as it was
+            data = result.data
+            if status == 200 and (type(data) is dict or type(data) is list):
+                return short_answer(data, state, dumps, request_id)
+            return None
         content = result.body
         media_type = result._media_type
         content_type = CONTENT_TYPE_LINES.get(media_type) or content_type_line(media_type)
-        status_line = STATUS_BYTES.get(result._status)
+        status_line = STATUS_BYTES.get(status)
         if type(content) is bytes and len(content) <= _LARGE_BODY and content_type is not None and status_line:
             return (_PLAIN_MADE if type(request_id) is int else _PLAIN_GIVEN) % (
                 status_line,
@@ -81,11 +89,6 @@ def short_answer(
                 len(content),
                 content,
             )
-    elif result_type is JSONResponse and result._headers is None and result._status == 200:
-        # what a handler's dict becomes under middleware that left it as it was (a session read, say)
-        data = result.data
-        if type(data) is dict or type(data) is list:
-            return short_answer(data, state, dumps, request_id)
     return None
 
 
@@ -106,28 +109,22 @@ def response_head(
     """
     status = response._status
     content_type = response._media_type
-    extra = []
+    extra = ""
     headers = response._headers
     if headers is not None:
-        for name, value in headers.items():
-            lname = name.lower()
-            if lname == "content-type":
-                content_type = value
-            elif lname not in ("content-length", "transfer-encoding", "x-request-id"):  # the server's own
-                extra.append(f"{name}: {value}\r\n")
-    lines = [STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n", header_lines]
+        content_type = headers.get("content-type", content_type)
+        extra = headers.field_lines(_SERVERS_OWN)
+    head = STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n"
+    head += header_lines
     if status not in _NO_BODY_STATUSES and status >= 200:
-        lines.append(f"Content-Type: {content_type}\r\n")
+        head += f"Content-Type: {content_type}\r\n"
         if length is not None:
-            lines.append(f"Content-Length: {length}\r\n")
+            head += f"Content-Length: {length}\r\n"
         elif chunked:
-            lines.append("Transfer-Encoding: chunked\r\n")
+            head += "Transfer-Encoding: chunked\r\n"
     if request_id is not None:
-        lines.append(f"X-Request-ID: {requestid.format_request_id(request_id)}\r\n")
-    lines.extend(extra)
-    lines.append(connection)
-    lines.append("\r\n")
-    return "".join(lines).encode("latin-1")
+        head += f"X-Request-ID: {requestid.format_request_id(request_id)}\r\n"
+    return f"{head}{extra}{connection}\r\n".encode("latin-1")
 
 
 def write_response(

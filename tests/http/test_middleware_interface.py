@@ -165,6 +165,14 @@ def test_headers_copy_discard_and_extend():
     assert Headers.from_raw([(b"X-Raw", b"\xe9")]).items() == [("X-Raw", "\xe9")]
 
 
+def test_headers_get_and_the_field_lines_a_head_writes():
+    headers = Headers([("Vary", "Origin"), ("X-A", "1"), ("x-a", "2"), ("Content-Type", "text/csv")])
+    assert headers.get("X-a") == "1" and headers.get("nope") is None and headers.get("nope", "d") == "d"
+    assert headers.field_lines() == "Vary: Origin\r\nX-A: 1\r\nx-a: 2\r\nContent-Type: text/csv\r\n"
+    assert headers.field_lines(frozenset({"x-a", "content-type"})) == "Vary: Origin\r\n"
+    assert Headers().field_lines() == ""
+
+
 def test_response_header_and_with_body():
     response = JSONResponse({"a": 1}, status=201, headers={"X-A": "1"})
     assert response.header("x-a") == "1" and response.header("x-b") is None
