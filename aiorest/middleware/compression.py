@@ -11,6 +11,7 @@ import zlib
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
+from ..http.datastructures import Headers
 from ..http.files import FileResponse
 from ..http.limits import Limits
 from ..http.request import Request
@@ -31,6 +32,7 @@ BROTLI_AVAILABLE = _brotli is not None
 _MAX_ACCEPT_LENGTH = 512
 _MAX_CODINGS = 16
 _NEGOTIATED_CACHE = 256  # header value -> coding chosen; a few values cover all browsers
+_VARY = Headers({"Vary": "Accept-Encoding"})  # what a compressible answer gets, whether compressed or not
 
 # dask's rule (distributed.protocol.compression.maybe_compress): a large body is
 # first tried on a sample at a fast level, and sent as is unless it shrinks by 10%.
@@ -231,7 +233,11 @@ class Compression:
         content_type = response.header("content-type")  # a handler may set it as a header
         if content_type is not None and not compressible(content_type):
             return response
-        add_vary(response.headers, "Accept-Encoding")
+        headers = response.headers
+        if headers:
+            add_vary(headers, "Accept-Encoding")
+        else:  # the usual answer, no fields of its own: the one Vary, made once
+            headers.extend(_VARY)
         if request.method == "HEAD" or request.header(b"range") is not None:
             return response
         accept = request.header(b"accept-encoding")

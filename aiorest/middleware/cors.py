@@ -30,6 +30,7 @@ __all__ = ["CORS"]
 #: Client-controlled values are bounded: an origin is a scheme, a host (at most 253
 #: characters) and a port; a preflight names at most so many headers.
 MAX_ORIGIN = 512
+_ANSWERS = 256  # allowed origins whose answer fields a CORS keeps made (any origin, or a regex, allows more)
 MAX_REQUEST_HEADERS = 64
 MAX_REQUEST_HEADERS_LENGTH = 4096
 
@@ -111,6 +112,10 @@ class CORS:
             check_header_value(value, "CORS header value")
         # The same as Headers, for the answers to actual requests: appended as they are.
         self._actual_headers = Headers(self._actual)
+        # What an answer with no fields of its own gets, made once: Vary alone (no Origin, or one not allowed),
+        # and for each allowed origin (at most _ANSWERS of them kept) every field of an allowed answer.
+        self._vary_only = Headers({"Vary": "Origin"}) if self.varies else Headers()
+        self._answers: dict[str, Headers] = {}
 
     def allows_origin(self, origin: str) -> bool:
         """Whether a request from ``origin`` (its ``Origin`` header) may be read."""
@@ -124,20 +129,28 @@ class CORS:
         # One header at a time: a simple request does not pay for the whole Headers table.
         origin = request.header(b"origin")
         if origin is None:  # not a cross-origin request (or a client that is no browser)
-            return self._vary(await handler(request))
+            response: Response = await handler(request)
+            headers = response.headers
+            if headers:
+                return self._vary(response)
+            headers.extend(self._vary_only)
+            return response
         if request.method == "OPTIONS" and request.header(b"access-control-request-method") is not None:
             return self._answer_preflight(request, origin)
         allowed = self.allows_origin(origin)
         try:
-            response: Response = await handler(request)
+            response = await handler(request)
         except HTTPError as exc:  # its response is built outside the middleware
             if allowed:
                 exc.headers.update(self._allowed(origin))
             if self.varies:
                 add_vary(exc.headers, "Origin")
             raise
+        headers = response.headers
+        if not headers:  # the usual answer: none of its own, all of them made already
+            headers.extend(self._answer_for(origin) if allowed else self._vary_only)
+            return response
         if allowed:
-            headers = response.headers
             headers.discard(_ANSWER_NAMES)  # the handler's own CORS headers give way
             headers.add("Access-Control-Allow-Origin", origin if self.varies else "*")
             headers.extend(self._actual_headers)
@@ -170,6 +183,16 @@ class CORS:
 
     def _allows_header(self, name: str) -> bool:
         return name in self.headers or (self.any_header and name != "authorization")
+
+    def _answer_for(self, origin: str) -> Headers:
+        """Every field of an allowed answer to ``origin`` that has none of its own."""
+        answer = self._answers.get(origin)
+        if answer is None:
+            answer = Headers(self._allowed(origin))
+            answer.extend(self._vary_only)
+            if len(self._answers) < _ANSWERS:
+                self._answers[origin] = answer
+        return answer
 
     def _allowed(self, origin: str) -> dict[str, str]:
         """The headers of an allowed actual request's answer."""

@@ -97,6 +97,18 @@ async def test_origin_regex(aiorest_client: Client) -> None:
             assert "Access-Control-Allow-Origin" not in response.headers
 
 
+async def test_each_origin_gets_its_own_answer_from_the_answers_made_once(aiorest_client: Client) -> None:
+    cors = CORS("*", allow_credentials=True)  # any origin: more than the 256 whose answers are kept
+    client = await aiorest_client(make_app(cors))
+    origins = [f"https://site{n}.example.com" for n in range(300)]
+    for origin in [*origins, *origins[:3], *origins[-3:]]:
+        async with client.get("/items", headers={"Origin": origin}) as response:
+            assert response.headers.getall("Access-Control-Allow-Origin") == [origin]
+            assert response.headers.getall("Vary") == ["Origin"]
+            assert response.headers["Access-Control-Allow-Credentials"] == "true"
+    assert len(cors._answers) == 256
+
+
 async def test_error_responses_carry_cors_headers(aiorest_client: Client) -> None:
     client = await aiorest_client(make_app(CORS([SITE], allow_credentials=True)))
     async with client.get("/conflict", headers={"Origin": SITE}) as response:
