@@ -173,6 +173,14 @@ class JSONResponse(Response):
     def render(self, codec: JSONCodec) -> bytes:
         return codec.dumps(self.data)
 
+    def plain_data(self) -> dict[Any, Any] | list[Any] | None:
+        """:attr:`data`, when it is a dict or a list and the response a 200 with no header of its own: what
+        the server sends as it sends a handler's dict (a middleware left the answer as it was); else None."""
+        data = self.data
+        if self._headers is None and self._status == 200 and (type(data) is dict or type(data) is list):
+            return data
+        return None
+
 
 class StreamResponse(Response):
     """A body sent as it is produced, with chunked transfer encoding.

@@ -68,18 +68,12 @@ def short_answer(
         if type(request_id) is int:
             return _JSON_MADE % (state.json_prefix, request_id, len(payload), payload)
         return _JSON_GIVEN % (state.json_prefix, request_id, len(payload), payload)
-    if (result_type is Response or result_type is JSONResponse) and result._headers is None:
+    if result_type is Response and result._headers is None:
         # The slots behind the properties: what the setters let through is safe to send.
-        status = result._status
-        if result_type is JSONResponse:  # what a handler's dict becomes under middleware that left it as it was
-            data = result.data
-            if status == 200 and (type(data) is dict or type(data) is list):
-                return short_answer(data, state, dumps, request_id)
-            return None
         content = result.body
         media_type = result._media_type
         content_type = CONTENT_TYPE_LINES.get(media_type) or content_type_line(media_type)
-        status_line = STATUS_BYTES.get(status)
+        status_line = STATUS_BYTES.get(result._status)
         if type(content) is bytes and len(content) <= _LARGE_BODY and content_type is not None and status_line:
             return (_PLAIN_MADE if type(request_id) is int else _PLAIN_GIVEN) % (
                 status_line,
@@ -89,6 +83,10 @@ def short_answer(
                 len(content),
                 content,
             )
+    elif result_type is JSONResponse:  # what a handler's dict becomes under middleware that left it as it was
+        data = result.plain_data()
+        if data is not None:
+            return short_answer(data, state, dumps, request_id)
     return None
 
 
