@@ -173,6 +173,16 @@ def test_headers_get_and_the_field_lines_a_head_writes():
     assert Headers().field_lines() == ""
 
 
+def test_json_response_plain_data_only_for_a_plain_200_of_a_dict_or_list():
+    assert JSONResponse({"a": 1}).plain_data() == {"a": 1} and JSONResponse([1]).plain_data() == [1]
+    assert JSONResponse({"a": 1}, status=201).plain_data() is None
+    assert JSONResponse({"a": 1}, headers={"X-A": "1"}).plain_data() is None
+    assert JSONResponse("text").plain_data() is None
+    tagged = JSONResponse({"a": 1})
+    tagged.headers["ETag"] = '"1"'
+    assert tagged.plain_data() is None
+
+
 def test_response_header_and_with_body():
     response = JSONResponse({"a": 1}, status=201, headers={"X-A": "1"})
     assert response.header("x-a") == "1" and response.header("x-b") is None
