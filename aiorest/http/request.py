@@ -120,8 +120,8 @@ class Request(RequestBody):
         """Cookies sent in ``Cookie`` headers."""
         if self._cookies is None:
             cookies: dict[str, str] = {}
-            for header in self.headers.getall("cookie"):
-                for key, value in parse_cookie(header).items():
+            for header in raw_header_values(self.raw_headers, b"cookie"):  # no Headers table made for them
+                for key, value in parse_cookie(header.decode("latin-1")).items():
                     cookies.setdefault(key, value)
             self._cookies = cookies
         return self._cookies
