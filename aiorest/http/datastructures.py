@@ -162,6 +162,15 @@ class Headers:
         whose lower-case name is in ``leave_out`` (every value was checked when it was set)."""
         return "".join([f"{name}: {value}\r\n" for key, name, value in self._list if key not in leave_out])
 
+    def field_lines_unless(self, refused: frozenset[str]) -> str | None:
+        """:meth:`field_lines` of every field, or None if one's lower-case name is in ``refused``."""
+        lines = []
+        for key, name, value in self._list:
+            if key in refused:
+                return None
+            lines.append(f"{name}: {value}\r\n")
+        return "".join(lines)
+
     def add(self, name: str, value: str) -> None:
         """Append a value, keeping any that ``name`` already has."""
         _check_header(name, value)

@@ -158,6 +158,12 @@ class Response:
         return f"<{type(self).__name__} {self.status} {self.media_type}>"
 
 
+# The fields of a JSONResponse the server writes itself, or compares with the request's (plain_answer)
+_SERVER_FIELDS = frozenset(
+    {"content-type", "content-length", "transfer-encoding", "x-request-id", "etag", "last-modified"}
+)
+
+
 class JSONResponse(Response):
     """``data`` serialised with the app's JSON codec when the response is sent."""
 
@@ -173,13 +179,18 @@ class JSONResponse(Response):
     def render(self, codec: JSONCodec) -> bytes:
         return codec.dumps(self.data)
 
-    def plain_data(self) -> dict[Any, Any] | list[Any] | None:
-        """:attr:`data`, when it is a dict or a list and the response a 200 with no header of its own: what
-        the server sends as it sends a handler's dict (a middleware left the answer as it was); else None."""
+    def plain_answer(self) -> tuple[dict[Any, Any] | list[Any], bytes] | None:
+        """:attr:`data` and the head lines of this response's own fields, when the server can send it as it
+        sends a handler's dict: a 200 of a dict or a list, with no field the server writes or compares itself
+        (``Content-Type``, ``Content-Length``, ``Transfer-Encoding``, ``X-Request-ID``, ``ETag``,
+        ``Last-Modified``); else None. The usual answer under a middleware that adds a ``Vary`` or CORS fields."""
         data = self.data
-        if self._headers is None and self._status == 200 and (type(data) is dict or type(data) is list):
-            return data
-        return None
+        if self._status != 200 or (type(data) is not dict and type(data) is not list):
+            return None
+        if self._headers is None:
+            return data, b""
+        lines = self._headers.field_lines_unless(_SERVER_FIELDS)
+        return None if lines is None else (data, lines.encode("latin-1"))
 
 
 class StreamResponse(Response):

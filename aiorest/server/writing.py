@@ -54,8 +54,8 @@ def short_answer(
 ) -> bytes | None:
     """The whole message for a common answer on a kept-alive HTTP/1.1 connection, else None.
 
-    A dict or a list (JSON, 200), a JSONResponse of 200 with no headers of its own (what a dict
-    becomes under middleware), or a plain Response with a small bytes body and
+    A dict or a list (JSON, 200), a JSONResponse that can be sent alike (``plain_answer``: a dict
+    under middleware, with the fields it added), or a plain Response with a small bytes body and
     no headers of its own: one formatted write, no list of lines. Anything else,
     and a result the codec cannot encode, goes the general way (``write_response``).
     """
@@ -83,10 +83,17 @@ def short_answer(
                 len(content),
                 content,
             )
-    elif result_type is JSONResponse:  # what a handler's dict becomes under middleware that left it as it was
-        data = result.plain_data()
-        if data is not None:
-            return short_answer(data, state, dumps, request_id)
+    elif result_type is JSONResponse:  # a handler's dict under middleware, which may have added fields
+        plain = result.plain_answer()
+        if plain is not None:
+            try:
+                payload = dumps(plain[0])
+            except Exception:
+                return None
+            prefix = state.json_prefix + plain[1]
+            if type(request_id) is int:
+                return _JSON_MADE % (prefix, request_id, len(payload), payload)
+            return _JSON_GIVEN % (prefix, request_id, len(payload), payload)
     return None
 
 

@@ -173,14 +173,14 @@ def test_headers_get_and_the_field_lines_a_head_writes():
     assert Headers().field_lines() == ""
 
 
-def test_json_response_plain_data_only_for_a_plain_200_of_a_dict_or_list():
-    assert JSONResponse({"a": 1}).plain_data() == {"a": 1} and JSONResponse([1]).plain_data() == [1]
-    assert JSONResponse({"a": 1}, status=201).plain_data() is None
-    assert JSONResponse({"a": 1}, headers={"X-A": "1"}).plain_data() is None
-    assert JSONResponse("text").plain_data() is None
-    tagged = JSONResponse({"a": 1})
-    tagged.headers["ETag"] = '"1"'
-    assert tagged.plain_data() is None
+def test_json_response_plain_answer_only_for_a_200_of_a_dict_or_list_without_the_servers_fields():
+    assert JSONResponse({"a": 1}).plain_answer() == ({"a": 1}, b"")
+    assert JSONResponse([1], headers={"Vary": "Origin"}).plain_answer() == ([1], b"Vary: Origin\r\n")
+    assert JSONResponse({"a": 1}, status=201).plain_answer() is None
+    assert JSONResponse("text").plain_answer() is None
+    for name in ("ETag", "Last-Modified", "Content-Type", "X-Request-ID"):
+        value = {"ETag": '"1"', "Last-Modified": "Wed, 21 Oct 2015 07:28:00 GMT"}.get(name, "x")
+        assert JSONResponse({"a": 1}, headers={"Vary": "Origin", name: value}).plain_answer() is None, name
 
 
 def test_response_header_and_with_body():
