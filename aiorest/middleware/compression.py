@@ -15,7 +15,7 @@ from ..http.datastructures import Headers
 from ..http.files import FileResponse
 from ..http.limits import Limits
 from ..http.request import Request
-from ..http.response import Response, StreamResponse, add_vary
+from ..http.response import JSONResponse, Response, StreamResponse, add_vary
 from ..routing.route import Handler
 
 _brotli: Any
@@ -261,6 +261,8 @@ class Compression:
                 response = response.with_body(compressed)
                 _encoded(response, coding)
                 return response
+        if size < self.minimum_size and type(response) is JSONResponse:
+            return response  # small: sent as a handler's dict is sent, encoded again (cheaper than the general path)
         return response.with_body(body)  # rendered once: the server does not render it again
 
     async def _stream(self, coding: str, content: Any) -> AsyncIterator[bytes]:
