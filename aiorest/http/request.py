@@ -6,6 +6,7 @@ asks: a handler that never touches them does not pay for decoding them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -21,6 +22,12 @@ from .reading import RequestBody
 from .requestid import RequestId, format_request_id
 
 __all__ = ["Request", "RouteMatch", "AppInterface", "BodySource", "SessionData"]
+
+
+@functools.lru_cache(maxsize=256)  # a line at most the head's size limit: a few MB at worst
+def _cookie_line(line: bytes) -> dict[str, str]:
+    """A ``Cookie`` line parsed, shared by the requests that send it: copied before it is handed out."""
+    return parse_cookie(line.decode("latin-1"))
 
 
 class Request(RequestBody):
@@ -119,9 +126,13 @@ class Request(RequestBody):
     def cookies(self) -> dict[str, str]:
         """Cookies sent in ``Cookie`` headers."""
         if self._cookies is None:
+            lines = raw_header_values(self.raw_headers, b"cookie")  # no Headers table made for them
+            if len(lines) == 1:  # the usual request: a client sends the same line again and again
+                self._cookies = dict(_cookie_line(lines[0]))
+                return self._cookies
             cookies: dict[str, str] = {}
-            for header in raw_header_values(self.raw_headers, b"cookie"):  # no Headers table made for them
-                for key, value in parse_cookie(header.decode("latin-1")).items():
+            for header in lines:
+                for key, value in _cookie_line(header).items():
                     cookies.setdefault(key, value)
             self._cookies = cookies
         return self._cookies

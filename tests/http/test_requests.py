@@ -167,6 +167,21 @@ async def test_cookies_merge_every_cookie_header_first_value_wins(aiorest_client
     assert json.loads(response.body) == {"session": "abc", "quoted": "a b", "theme": "dark", "lang": "fr"}
 
 
+async def test_a_cookie_line_sent_again_is_parsed_afresh_for_each_request_s_own_dict(aiorest_client):
+    app = App()
+
+    @app.get("/c")
+    async def cookies(request: Request) -> dict[str, str]:
+        seen = dict(request.cookies)
+        request.cookies["touched"] = "yes"  # a handler's change stays in its own request
+        return seen
+
+    client = await aiorest_client(app)
+    for _ in range(3):
+        async with client.get("/c", headers={"Cookie": "session=abc; theme=dark"}) as response:
+            assert await response.json() == {"session": "abc", "theme": "dark"}
+
+
 async def test_cookies_sent_by_aiohttp(aiorest_client):
     app = App()
 
