@@ -186,6 +186,17 @@ async def test_a_cookie_verified_once_still_expires_and_loads_a_fresh_copy_each_
     assert store.load_now(f"{payload}.{signature}", 20) is None  # the expiry is checked on every load
 
 
+async def test_a_session_nested_deeper_than_lists_is_a_fresh_copy_on_every_load_too() -> None:
+    store = CookieSessionStore([NEW])
+    value = await store.save(Session({"cart": {"items": [{"sku": "a"}]}, "tags": ["x"], "n": 1}), 60)
+    for _ in range(3):
+        loaded = store.load_now(value, 60)
+        assert loaded is not None
+        assert dict(loaded) == {"cart": {"items": [{"sku": "a"}]}, "tags": ["x"], "n": 1}
+        loaded["cart"]["items"].append({"sku": "b"})  # in place: never saved, never seen again
+        loaded["tags"].append("y")
+
+
 async def test_the_verified_cookies_kept_are_bounded() -> None:
     store = CookieSessionStore([NEW])
     values = [await store.save(Session({"n": n}), 60) for n in range(600)]

@@ -95,6 +95,28 @@ def _b64decode(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _contents(text: str) -> tuple[int, str, dict[str, Any] | str] | None:
+    """A verified cookie's issue time, session id and data: the data itself when its values are JSON scalars or
+    lists of them (a shallow copy is then a whole one), else its JSON text to parse on each load; None if the
+    JSON is not a session's."""
+    try:
+        content = _decode_json(text)
+    except ValueError:
+        return None
+    if not isinstance(content, dict):
+        return None
+    issued, session_id, data = content.get("t"), content.get("i"), content.get("d")
+    if not isinstance(issued, int) or not isinstance(session_id, str) or not isinstance(data, dict):
+        return None
+    for item in data.values():
+        if not (type(item) in _SCALARS or (type(item) is list and all(type(x) in _SCALARS for x in item))):
+            return issued, session_id, text
+    return issued, session_id, data
+
+
 class CookieSessionStore(SessionStore):
     """Keeps the session in the cookie: ``payload.signature``, both URL-safe base64.
 
@@ -121,34 +143,30 @@ class CookieSessionStore(SessionStore):
         # Cookie values whose signature checked out -> their payload's JSON: a client sends the same cookie
         # request after request, and its next ones skip the HMAC and base64. Only a value this store's keys
         # signed gets in; the expiry is checked on every load; the oldest goes past _VERIFIED.
-        self._verified: dict[str, str] = {}
+        self._verified: dict[str, tuple[int, str, dict[str, Any] | str]] = {}
 
     def _sign(self, key: bytes, payload: str) -> bytes:
         return hmac.new(key, b"aiorest.session:" + payload.encode("ascii"), hashlib.sha256).digest()
 
     def load_now(self, value: str, max_age: int) -> Session | None:
         verified = self._verified
-        text = verified.get(value)
-        if text is None:
+        known = verified.get(value)
+        if known is None:
             text = self._verify(value)
-            if text is None:
+            known = None if text is None else _contents(text)
+            if known is None:
                 return None
             if len(verified) >= _VERIFIED:
                 del verified[next(iter(verified))]
-            verified[value] = text
-        try:
-            content = _decode_json(text)
-        except ValueError:
-            return None
-        if not isinstance(content, dict):
-            return None
-        issued, session_id, data = content.get("t"), content.get("i"), content.get("d")
-        if not isinstance(issued, int) or not isinstance(session_id, str) or not isinstance(data, dict):
-            return None
+            verified[value] = known
+        issued, session_id, data = known
         now = time.time()
         if not issued - _CLOCK_SKEW <= now < issued + max_age:
             return None
-        return Session(data, session_id)
+        if isinstance(data, str):  # a value nested deeper than a list: parsed afresh, as no copy is made of it
+            return Session(_decode_json(data)["d"], session_id)  # its shape was checked when it came in
+        # JSON scalars, and lists of them: this request's own copy
+        return Session({key: item[:] if type(item) is list else item for key, item in data.items()}, session_id)
 
     def _verify(self, value: str) -> str | None:
         """The JSON a cookie value carries, if one of the keys signed it; None if not (or not base64)."""
