@@ -15,7 +15,7 @@ from .worker import Worker
 
 logger = logging.getLogger("aiorest.server")
 
-__all__ = ["Cause", "ChangeSource", "RollingReload", "Sighup", "Supervising"]
+__all__ = ["Cause", "ChangeSource", "RollingReload", "Sighup", "Supervising", "pids"]
 
 
 class Supervising(Protocol):
@@ -29,14 +29,30 @@ class Supervising(Protocol):
     def tell_to_stop(self, worker: Worker) -> None: ...
 
 
-class Cause(Protocol):
+class Cause:
     """Why a reload happens: its name in the log (``"SIGHUP"``), when it came, what the log says at the end."""
 
-    name: str
-    since: float  # time.monotonic() when it came
+    name = ""
 
-    def done(self, serving: dict[int, Worker]) -> None: ...
-    def failed(self, worker: Worker, reason: str, old: int, new: int) -> None: ...
+    def __init__(self) -> None:
+        self.since = time.monotonic()  # when it came
+
+    def elapsed(self) -> float:
+        """Seconds since it came."""
+        return time.monotonic() - self.since
+
+    def done(self, serving: dict[int, Worker]) -> None:
+        """The reload is over: every slot serves the new code."""
+        raise NotImplementedError
+
+    def failed(self, worker: Worker, reason: str, old: int, new: int) -> None:
+        """A new worker could not start: ``old`` old and ``new`` new workers still serve."""
+        raise NotImplementedError
+
+
+def pids(serving: dict[int, Worker]) -> str:
+    """The pids of the workers serving, for a log line."""
+    return " ".join(str(worker.pid) for worker in serving.values())
 
 
 class ChangeSource(Protocol):
@@ -49,19 +65,13 @@ class ChangeSource(Protocol):
     def nothing_serves(self, worker: Worker, reason: str) -> None: ...  # the next change starts it again
 
 
-class Sighup:
+class Sighup(Cause):
     """A reload asked for by SIGHUP."""
 
     name = "SIGHUP"
 
-    def __init__(self) -> None:
-        self.since = time.monotonic()
-
     def done(self, serving: dict[int, Worker]) -> None:
-        pids = " ".join(str(w.pid) for w in serving.values())
-        logger.info(
-            "reload done in %.2f s: %d workers serving (pids %s)", time.monotonic() - self.since, len(serving), pids
-        )
+        logger.info("reload done in %.2f s: %d workers serving (pids %s)", self.elapsed(), len(serving), pids(serving))
 
     def failed(self, worker: Worker, reason: str, old: int, new: int) -> None:
         kept = f"keeping the {old} old workers" if not new else f"keeping {old} old and {new} new workers"

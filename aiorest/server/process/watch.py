@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .reload import Cause, pids
 from .worker import Worker
 
 logger = logging.getLogger("aiorest.server")
@@ -152,20 +153,14 @@ class Watcher:
         process.stdout.close()
 
 
-class Changes:
-    """A reload asked for by a change of the code (a :class:`~.reload.Cause`)."""
+class Changes(Cause):
+    """A reload asked for by a change of the code."""
 
     name = "a change"
 
-    def __init__(self) -> None:
-        self.since = time.monotonic()
-
     def done(self, serving: dict[int, Worker]) -> None:
-        pids = " ".join(str(w.pid) for w in serving.values())
         logger.info(
-            "reloaded in %.2f s (from the change seen to the new code serving, pid %s)",
-            time.monotonic() - self.since,
-            pids,
+            "reloaded in %.2f s (from the change seen to the new code serving, pid %s)", self.elapsed(), pids(serving)
         )
 
     def failed(self, worker: Worker, reason: str, old: int, new: int) -> None:
