@@ -13,21 +13,7 @@ import pytest
 from harness import steady
 from harness.processes import AiorestProcess
 from harness.restarts import sighups_under_load
-
-APP = """
-import asyncio
-import os
-
-from aiorest import App
-
-app = App()
-VERSION = {version}
-{extra}
-
-@app.get("/version")
-async def version(request):
-    return {{"version": VERSION, "pid": os.getpid()}}
-"""
+from tests.server.versioned import APP
 
 BROKEN = {
     "import": ("raise ImportError('the new code is broken')", "ImportError: the new code is broken"),

@@ -17,21 +17,7 @@ import pytest
 from harness import steady
 from harness.ports import free_port
 from harness.processes import ROOT, AiorestProcess, http_get
-
-APP = """
-import asyncio
-import os
-
-from aiorest import App
-
-app = App()
-VERSION = {version}
-{extra}
-
-@app.get("/version")
-async def version(request):
-    return {{"version": VERSION, "pid": os.getpid()}}
-"""
+from tests.server.versioned import APP
 
 
 def write_app(folder: Path, version: int, extra: str = "") -> None:
