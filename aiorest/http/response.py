@@ -158,10 +158,10 @@ class Response:
         return f"<{type(self).__name__} {self.status} {self.media_type}>"
 
 
-# The fields of a JSONResponse the server writes itself, or compares with the request's (plain_answer)
-_SERVER_FIELDS = frozenset(
-    {"content-type", "content-length", "transfer-encoding", "x-request-id", "etag", "last-modified"}
-)
+#: The fields of a response the server writes itself (a handler's Content-Type replaces the media type)
+SERVER_WRITTEN = frozenset({"content-type", "content-length", "transfer-encoding", "x-request-id"})
+# ... and those it also compares with the request's (a 304 or 412): a JSONResponse with one is no plain answer
+_SERVER_FIELDS = SERVER_WRITTEN | {"etag", "last-modified"}
 
 
 class JSONResponse(Response):

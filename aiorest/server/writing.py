@@ -18,7 +18,7 @@ from ..http import requestid
 from ..http.exceptions import ClientDisconnected, HTTPError
 from ..http.jsoncodec import JSONCodec
 from ..http.request import Request
-from ..http.response import JSONResponse, Response, StreamResponse, error_response
+from ..http.response import SERVER_WRITTEN, JSONResponse, Response, StreamResponse, error_response
 from ..http.sse import EventSourceResponse
 from .shared import ServerState
 from .wire import CONTENT_TYPE_LINES, STATUS_BYTES, STATUS_LINES, content_type_line
@@ -28,8 +28,6 @@ __all__ = ["CLOSE", "KEEP_ALIVE", "short_answer", "response_head", "write_respon
 CLOSE = "Connection: close\r\n"
 KEEP_ALIVE = "Connection: keep-alive\r\n"  # for an HTTP/1.0 client that asked to keep alive
 _NO_BODY_STATUSES = frozenset({204, 304})
-# A handler's fields the server writes itself (Content-Type from a header of the handler's, if it set one)
-_SERVERS_OWN = frozenset({"content-type", "content-length", "transfer-encoding", "x-request-id"})
 _LARGE_BODY = 16 * 1024  # above this, head and body go to the socket as two buffers
 # The two short answers' formats, for an id given by a proxy (bytes) and for one made here
 # (a number, shown after the process's prefix). The prefix is part of the format, made again
@@ -61,40 +59,37 @@ def short_answer(
     """
     result_type = type(result)
     if result_type is dict or result_type is list:
-        try:
-            payload = dumps(result)
-        except Exception:
-            return None  # the general path logs it and answers 500
-        if type(request_id) is int:
-            return _JSON_MADE % (state.json_prefix, request_id, len(payload), payload)
-        return _JSON_GIVEN % (state.json_prefix, request_id, len(payload), payload)
-    if result_type is Response and result._headers is None:
-        # The slots behind the properties: what the setters let through is safe to send.
-        content = result.body
-        media_type = result._media_type
-        content_type = CONTENT_TYPE_LINES.get(media_type) or content_type_line(media_type)
-        status_line = STATUS_BYTES.get(result._status)
-        if type(content) is bytes and len(content) <= _LARGE_BODY and content_type is not None and status_line:
-            return (_PLAIN_MADE if type(request_id) is int else _PLAIN_GIVEN) % (
-                status_line,
-                state.header_bytes,
-                content_type,
-                request_id,
-                len(content),
-                content,
-            )
+        prefix = state.json_prefix
     elif result_type is JSONResponse:  # a handler's dict under middleware, which may have added fields
         plain = result.plain_answer()
-        if plain is not None:
-            try:
-                payload = dumps(plain[0])
-            except Exception:
-                return None
-            prefix = state.json_prefix + plain[1]
-            if type(request_id) is int:
-                return _JSON_MADE % (prefix, request_id, len(payload), payload)
-            return _JSON_GIVEN % (prefix, request_id, len(payload), payload)
-    return None
+        if plain is None:
+            return None
+        result, fields = plain
+        prefix = state.json_prefix + fields
+    else:
+        if result_type is Response and result._headers is None:
+            # The slots behind the properties: what the setters let through is safe to send.
+            content = result.body
+            media_type = result._media_type
+            content_type = CONTENT_TYPE_LINES.get(media_type) or content_type_line(media_type)
+            status_line = STATUS_BYTES.get(result._status)
+            if type(content) is bytes and len(content) <= _LARGE_BODY and content_type is not None and status_line:
+                return (_PLAIN_MADE if type(request_id) is int else _PLAIN_GIVEN) % (
+                    status_line,
+                    state.header_bytes,
+                    content_type,
+                    request_id,
+                    len(content),
+                    content,
+                )
+        return None
+    try:
+        payload = dumps(result)
+    except Exception:
+        return None  # the general path logs it and answers 500
+    if type(request_id) is int:
+        return _JSON_MADE % (prefix, request_id, len(payload), payload)
+    return _JSON_GIVEN % (prefix, request_id, len(payload), payload)
 
 
 def response_head(
@@ -118,7 +113,7 @@ def response_head(
     headers = response._headers
     if headers is not None:
         content_type = headers.get("content-type", content_type)
-        extra = headers.field_lines(_SERVERS_OWN)
+        extra = headers.field_lines(SERVER_WRITTEN)
     head = STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n"
     head += header_lines
     if status not in _NO_BODY_STATUSES and status >= 200:
