@@ -60,14 +60,8 @@ def short_answer(
     result_type = type(result)
     if result_type is dict or result_type is list:
         prefix = state.json_prefix
-    elif result_type is JSONResponse:  # a handler's dict under middleware, which may have added fields
-        plain = result.plain_answer()
-        if plain is None:
-            return None
-        result, fields = plain
-        prefix = state.json_prefix + fields
-    else:
-        if result_type is Response and result._headers is None:
+    elif result_type is Response:
+        if result._headers is None:
             # The slots behind the properties: what the setters let through is safe to send.
             content = result.body
             media_type = result._media_type
@@ -82,6 +76,14 @@ def short_answer(
                     len(content),
                     content,
                 )
+        return None
+    elif result_type is JSONResponse:  # a handler's dict under middleware, which may have added fields
+        plain = result.plain_answer()
+        if plain is None:
+            return None
+        result, fields = plain
+        prefix = state.json_prefix + fields
+    else:
         return None
     try:
         payload = dumps(result)
