@@ -16,6 +16,7 @@ same format back, for the test client and anyone else.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import re
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -145,91 +146,87 @@ class EventSourceResponse(StreamResponse):
         drain: Callable[[], Awaitable[None]],
         codec: JSONCodec,
         ending: Iterable[asyncio.Future[Any]],
-    ) -> None:
+    ) -> bool:
         """Send the stream with ``write`` (a whole frame each time; ``drain`` waits while the client does not
         read) until the iterator ends or one of ``ending`` is done (the client went away, the server stops).
-        The server calls it; the iterator's error, if it raised one, is raised here.
+        The server calls it; the iterator's error, if it raised one, is raised here. False when a write
+        found the client gone.
 
-        The iterator runs in a Task of its own, from its first step to its ``aclose()`` (what it sets around
-        a ``yield``, a transaction's context variable say, is still set at its next step), and that Task
-        writes each event the moment it comes: one hop from the event to the socket. This one waits for
-        the end, and writes a heartbeat when ``heartbeat`` seconds went by without a frame.
+        The iterator runs in the caller's Task, from its first step to its ``aclose()`` (what it sets around
+        a ``yield``, a transaction's context variable say, is still set at its next step), and each event is
+        written the moment it comes. When one of ``ending`` is done, that Task is cancelled where it waits
+        (for the iterator, or for the client to read) and the cancel taken back here: no Task of its own, no
+        future to wait on, which is what an idle stream costs (about a kilobyte each, and fewer objects for
+        the garbage collector to walk at 10,000 streams). A heartbeat goes when ``heartbeat`` seconds went
+        by without a frame.
         """
         loop = asyncio.get_running_loop()
-        pacing = _Pacing(loop, write)
-        first = b"retry: %d\n\n" % self.retry if self.retry is not None else None
-        pump = loop.create_task(_pump(self.content, first, pacing, drain, codec))
-        # One future, done when the stream is over: registered on each of ``ending`` once. Waiting on ``ending``
-        # itself for each event would add and remove a callback on the server's ``stopping``, which every
-        # stream shares, a scan of all the others' callbacks each time (N streams: N² per broadcast).
-        over: asyncio.Future[None] = loop.create_future()
-
-        def end(_: asyncio.Future[Any]) -> None:
-            if not over.done():
-                over.set_result(None)
-
-        ending = (*ending, pump)
-        for future in ending:
-            future.add_done_callback(end)
-        beat = _Heartbeat(pacing, self.heartbeat) if self.heartbeat is not None else None
+        task = asyncio.current_task(loop)
+        if task is None:
+            raise RuntimeError("an event stream is sent from inside a Task")
+        stream = _Stream(loop, write, task)
+        ending = tuple(ending)
+        for future in ending:  # no context copied for each: the callback only cancels
+            future.add_done_callback(stream, context=_NO_CONTEXT)
+        beat = _Heartbeat(stream, self.heartbeat) if self.heartbeat is not None else None
+        iterator = aiter(self.content)
         try:
-            await over
+            if self.retry is not None:
+                stream.frame(b"retry: %d\n\n" % self.retry)
+            while not stream.ended:
+                try:
+                    item = await anext(iterator)
+                except StopAsyncIteration:
+                    break
+                stream.frame(encode_event(item, codec))
+                stream.behind = True
+                await drain()
+                stream.behind = False
+        except ClientDisconnected:
+            return False  # the stream ends: the server sees the connection gone
+        except asyncio.CancelledError:
+            if not stream.ended or task.cancelling() > 1:
+                raise  # not (only) ours: the Task itself is cancelled
         finally:
+            stream.over = True  # no cancel from here on: the iterator closes in peace
             for future in ending:
-                future.remove_done_callback(end)
+                future.remove_done_callback(stream)
             if beat is not None:
                 beat.stop()
-            if not pump.done():
-                pump.cancel()  # a step under way gets CancelledError where it awaits, then aclose()
-            await asyncio.wait((pump,))  # raises only if the caller itself is cancelled meanwhile
-        if not pump.cancelled() and pump.exception() is not None:
-            raise pump.exception()  # type: ignore[misc]
+            if stream.ended:
+                task.uncancel()  # ours, delivered or not (the iterator may have swallowed it)
+            aclose = getattr(iterator, "aclose", None)
+            if aclose is not None:
+                await aclose()  # an async generator's finally, in this Task too
+        return True
 
 
-class _Pacing:
-    """A stream's writes: when the last frame went, and whether the client is behind (a drain waits)."""
+_NO_CONTEXT = contextvars.Context()
 
-    __slots__ = ("loop", "_write", "last", "behind")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, write: Callable[[bytes], None]) -> None:
+class _Stream:
+    """A stream's writes (when the last frame went; whether the client is behind, a drain waiting), and
+    the callback of its ``ending`` futures: the first done cancels the Task sending it, once."""
+
+    __slots__ = ("loop", "_write", "last", "behind", "_task", "ended", "over")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, write: Callable[[bytes], None], task: asyncio.Task[Any]):
         self.loop = loop
         self._write = write
         self.last = loop.time()
         self.behind = False
+        self._task = task
+        self.ended = False  # one of the ending futures is done: the Task was cancelled
+        self.over = False  # the stream is closing its iterator: nothing to cancel
 
     def frame(self, data: bytes) -> None:
         self._write(data)
         self.last = self.loop.time()
 
-
-async def _pump(
-    source: AsyncIterable[Any],
-    first: bytes | None,
-    pacing: _Pacing,
-    drain: Callable[[], Awaitable[None]],
-    codec: JSONCodec,
-) -> None:
-    """Write ``first``, then each item of ``source`` as an event, waiting while the client does not read;
-    then ``aclose()`` the iterator."""
-    iterator = aiter(source)
-    try:
-        if first is not None:
-            pacing.frame(first)
-        while True:
-            try:
-                item = await anext(iterator)
-            except StopAsyncIteration:
-                return
-            pacing.frame(encode_event(item, codec))
-            pacing.behind = True
-            await drain()
-            pacing.behind = False
-    except ClientDisconnected:
-        return  # the stream ends: the server sees the connection gone
-    finally:
-        aclose = getattr(iterator, "aclose", None)
-        if aclose is not None:
-            await aclose()  # an async generator's finally, in this Task too
+    def __call__(self, _: asyncio.Future[Any]) -> None:
+        if not self.ended and not self.over:
+            self.ended = True
+            self._task.cancel()
 
 
 class _Heartbeat:
@@ -238,22 +235,22 @@ class _Heartbeat:
     None while the client is behind (an event waits for it to read): a heartbeat would only add to what
     it has not read, every ``interval``, for as long as it stalls."""
 
-    __slots__ = ("_pacing", "_interval", "_timer")
+    __slots__ = ("_stream", "_interval", "_timer")
 
-    def __init__(self, pacing: _Pacing, interval: float) -> None:
-        self._pacing = pacing
+    def __init__(self, stream: _Stream, interval: float) -> None:
+        self._stream = stream
         self._interval = interval
-        self._timer = pacing.loop.call_at(pacing.last + interval, self._due)
+        self._timer = stream.loop.call_at(stream.last + interval, self._due)
 
     def _due(self) -> None:
-        pacing = self._pacing
-        due = pacing.loop.time() - pacing.last >= self._interval * 0.999  # (a timer may fire a hair early)
-        if due and not pacing.behind:
+        stream = self._stream
+        due = stream.loop.time() - stream.last >= self._interval * 0.999  # (a timer may fire a hair early)
+        if due and not stream.behind:
             try:
-                pacing.frame(HEARTBEAT)
+                stream.frame(HEARTBEAT)
             except ClientDisconnected:
                 return  # no more: the stream is ending
-        self._timer = pacing.loop.call_at(max(pacing.last, pacing.loop.time()) + self._interval, self._due)
+        self._timer = stream.loop.call_at(max(stream.last, stream.loop.time()) + self._interval, self._due)
 
     def stop(self) -> None:
         self._timer.cancel()

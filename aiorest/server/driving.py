@@ -34,7 +34,7 @@ from .filewriting import write_file
 from .interfaces import ServedApp, TransportSide
 from .shared import ServerState
 from .stepping import DONE, INLINE, forget_cancels, resume, run_task, step, stepping
-from .writing import short_answer, write_response, write_stream
+from .writing import begin_stream, short_answer, write_response
 
 if TYPE_CHECKING:
     from ..http.forwarded import TrustedProxies
@@ -377,7 +377,7 @@ class HandlerDriver:
                 chunked = request.http_version != "1.0"
                 if not chunked:
                     request.keep_alive = False  # the end of the body is the end of the connection
-                sent = await write_stream(
+                writer, sending = begin_stream(
                     transport,
                     request,
                     response,
@@ -386,6 +386,7 @@ class HandlerDriver:
                     state=self._state,
                     connection=self._conn.connection_line(request),
                 )
+                sent = writer.end(await sending)
         except Exception:
             logger.exception("streaming the response to %s %s failed", request.method, request.path)
             self._background.discard(request)  # the response failed as if the handler had raised

@@ -23,7 +23,7 @@ from ..http.sse import EventSourceResponse
 from .shared import ServerState
 from .wire import CONTENT_TYPE_LINES, STATUS_BYTES, STATUS_LINES, content_type_line
 
-__all__ = ["CLOSE", "KEEP_ALIVE", "short_answer", "response_head", "write_response", "write_stream", "write_error"]
+__all__ = ["CLOSE", "KEEP_ALIVE", "short_answer", "response_head", "write_response", "begin_stream", "write_error"]
 
 CLOSE = "Connection: close\r\n"
 KEEP_ALIVE = "Connection: keep-alive\r\n"  # for an HTTP/1.0 client that asked to keep alive
@@ -148,7 +148,7 @@ def write_response(
         transport.write(head)
         return 0
     if len(body) > _LARGE_BODY:
-        transport.write(head)  # not writelines(): see write_stream
+        transport.write(head)  # not writelines(): see _write_chunk
         transport.write(body)
     else:
         transport.write(head + body)
@@ -187,7 +187,58 @@ def _write_chunk(transport: asyncio.WriteTransport, chunk: bytes, chunked: bool)
         transport.write(b"\r\n")
 
 
-async def write_stream(
+class BodyWriter:
+    """Writes the pieces of a streamed body, each whole, framed as a chunk when ``chunked``; counts them."""
+
+    __slots__ = ("_transport", "_chunked", "sent")
+
+    def __init__(self, transport: asyncio.WriteTransport, chunked: bool) -> None:
+        self._transport = transport
+        self._chunked = chunked
+        self.sent = 0  # body bytes, framing not counted
+
+    def write(self, piece: bytes) -> None:
+        """A chunk of the body (an event, a heartbeat); ClientDisconnected once the client is gone."""
+        if self._transport.is_closing():
+            raise ClientDisconnected("the client closed the connection")
+        self.sent += len(piece)
+        _write_chunk(self._transport, piece, self._chunked)
+
+    async def pipe(self, content: AsyncIterable[bytes | str], drain: Callable[[], Awaitable[None]]) -> bool:
+        """Write each chunk of ``content`` once ``drain`` says the socket took the last, then ``aclose()`` it;
+        False when the client went away first."""
+        try:
+            async for chunk in content:
+                if isinstance(chunk, str):
+                    chunk = chunk.encode()
+                if chunk:
+                    self.write(chunk)
+                    await drain()
+            return True
+        except ClientDisconnected:
+            return False
+        finally:
+            await _closed(content)
+
+    def end(self, whole: bool) -> int | None:
+        """The body is over (``whole``: not cut short by the client): the last chunk goes, if the connection
+        is still open. The body bytes sent, or None when the client went away: the connection must close."""
+        if not whole or self._transport.is_closing():
+            return None
+        if self._chunked:
+            self._transport.write(b"0\r\n\r\n")
+        return self.sent
+
+
+async def _closed(content: AsyncIterable[Any]) -> bool:
+    """``content`` closed unread (the answer to a HEAD request)."""
+    aclose = getattr(content, "aclose", None)
+    if aclose is not None:
+        await aclose()
+    return True
+
+
+def begin_stream(
     transport: asyncio.WriteTransport,
     request: Request,
     response: StreamResponse,
@@ -196,47 +247,22 @@ async def write_stream(
     chunked: bool,
     state: ServerState,
     connection: str,
-) -> int | None:
-    """Send a StreamResponse to ``request``: its head, then each chunk once ``drain`` says the socket took the last.
+) -> tuple[BodyWriter, Awaitable[bool]]:
+    """Send a StreamResponse to ``request``: its head now; then, awaited, each chunk once ``drain`` says the
+    socket took the last. Returns the writer (its :meth:`BodyWriter.end` ends the body once the awaitable is
+    done) and the awaitable, true unless the client went away first.
 
-    Returns the number of body bytes sent, or None when the client went away
-    before the end: the connection must close. An exception from the content propagates, the body cut short: abort
-    the transport, so that the client sees it incomplete. Without ``chunked``
-    the body ends with the connection. An event stream (sse.py) also ends when
-    the client goes away or the server stops, its iterator closed.
+    An exception from the content propagates, the body cut short: abort the transport, so that the client
+    sees it incomplete. Without ``chunked`` the body ends with the connection. An event stream (sse.py)
+    also ends when the client goes away or the server stops, its iterator closed; it is awaited straight
+    from the caller (no frame of ours between): a frame is what each of 10,000 idle streams keeps.
     """
-    content: AsyncIterable[bytes | str] = response.content
-    events = isinstance(response, EventSourceResponse) and request.method != "HEAD"  # it closes its iterator
-    sent = 0
-
-    def write(piece: bytes) -> None:  # a chunk of the body (an event, a heartbeat), whole
-        nonlocal sent
-        if transport.is_closing():
-            raise ClientDisconnected("the client closed the connection")
-        sent += len(piece)
-        _write_chunk(transport, piece, chunked)
-
-    try:
-        head = response_head(response, None, chunked, state.header_lines, connection, request.raw_id)
-        transport.write(head)
-        if events:
-            assert isinstance(response, EventSourceResponse)
-            await response.send(write, drain, request.app.json, (request.disconnected(), state.stopping()))
-        elif request.method != "HEAD":
-            async for chunk in content:
-                if isinstance(chunk, str):
-                    chunk = chunk.encode()
-                if chunk:
-                    write(chunk)
-                    await drain()
-        if transport.is_closing():
-            return None if events else sent
-        if chunked and request.method != "HEAD":
-            transport.write(b"0\r\n\r\n")
-        return sent
-    except ClientDisconnected:
-        return None
-    finally:
-        aclose = None if events else getattr(content, "aclose", None)
-        if aclose is not None:
-            await aclose()
+    head = request.method == "HEAD"
+    # first: if making the head fails, none of the content has run
+    transport.write(response_head(response, None, chunked, state.header_lines, connection, request.raw_id))
+    writer = BodyWriter(transport, chunked and not head)
+    if head:
+        return writer, _closed(response.content)
+    if isinstance(response, EventSourceResponse):
+        return writer, response.send(writer.write, drain, request.app.json, (request.disconnected(), state.stopping()))
+    return writer, writer.pipe(response.content, drain)
