@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 from collections.abc import Sequence
 
+from websockets.datastructures import Headers
 from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request as WSRequest
@@ -78,28 +79,34 @@ def handshake(
         subprotocols=[Subprotocol(subprotocol)] if subprotocol is not None else None,
         max_size=(limits.max_message, limits.max_frame),
     )
-    # The head again, as the library reads it: its parser then goes on with the frames that follow. Only
-    # the headers its handshake reads: the request it parses stays alive in its parser as long as the
-    # WebSocket (about a kilobyte for a browser's head), and the handler has the whole head in its Request.
+    # The request as the library reads it, made from the head parsed already, with only the headers its
+    # handshake reads: the handler has the whole head in its Request. Not fed to the library's parser:
+    # that parser would keep the request it parsed, in its frame, as long as the WebSocket lives.
     target = request.raw_path + (b"?" + request.query_string.encode("latin-1") if request.query_string else b"")
-    lines = b"".join(
-        b"%s: %s\r\n" % (name, value.strip(b" \t"))
-        for name, value in request.raw_headers
-        if name.lower() in _HANDSHAKE_HEADERS
-    )
-    protocol.receive_data(b"GET %s HTTP/1.1\r\n%s\r\n" % (target, lines))
-    events = protocol.events_received()
-    if len(events) != 1 or not isinstance(events[0], WSRequest):
-        raise HTTPBadRequest("malformed WebSocket handshake")
-    response = protocol.accept(events[0])
+    try:
+        asked = WSRequest(
+            target.decode("ascii"),
+            Headers(
+                (name.decode("ascii"), value.strip(b" \t").decode("iso-8859-1"))
+                for name, value in request.raw_headers
+                if name.lower() in _HANDSHAKE_HEADERS
+            ),
+        )
+    except UnicodeDecodeError:
+        raise HTTPBadRequest("malformed WebSocket handshake") from None
+    response = protocol.accept(asked)
     if response.status_code != 101:
         status = response.status_code if 400 <= response.status_code <= 599 else 400
         message = response.body.decode("utf-8", "replace").strip() or None
-        if status == 400 and events[0].headers.get("Sec-WebSocket-Version") != "13":
+        if status == 400 and asked.headers.get("Sec-WebSocket-Version") != "13":
             # RFC 6455, 4.4: a version we do not speak is answered 426 with the one we do
             raise HTTPError(message, status=426, headers={"Sec-WebSocket-Version": "13"})
         raise HTTPError(message, status=status)
     for extra_name, extra_value in headers:
         response.headers[extra_name] = extra_value
     protocol.send_response(response)
+    # OPEN now: its parser, started on a request line in __init__, starts again on frames (as the library
+    # itself replaces its parser when a connection fails)
+    protocol.parser = protocol.parse()
+    next(protocol.parser)
     return protocol
