@@ -33,7 +33,7 @@ from ._h1 import ANSWERING, IDLE, H1Connection
 from .filewriting import write_file
 from .interfaces import ServedApp, TransportSide
 from .shared import ServerState
-from .stepping import DONE, INLINE, forget_cancels, resume, run_task, step, stepping
+from .stepping import DONE, INLINE, NO_CONTEXT, forget_cancels, resume, run_task, step, stepping
 from .writing import begin_stream, short_answer, write_response
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ class HandlerDriver:
 
     def _new_runner(self) -> asyncio.Task[None]:
         runner = self._runner = self._loop.create_task(self._serve())
-        runner.add_done_callback(self._runner_done)
+        runner.add_done_callback(self._runner_done, context=NO_CONTEXT)
         return runner
 
     def _suspend(self, context: contextvars.Context, handling: Generator[Any, Any, None], awaited: Any) -> None:
@@ -226,7 +226,8 @@ class HandlerDriver:
                         self._process_serving()
                     continue
                 self._suspended = None
-                await resume(*suspended)
+                carrying_on, suspended = resume(*suspended), None  # not kept: it holds the first future waited for
+                await carrying_on
                 forget_cancels(self._runner)
                 self._process_serving()
         finally:

@@ -347,4 +347,5 @@ class H1Connection:
         self.send_state = SEND[self.send_state, "upgrade"]
         rest = bytes(self._upgrade_bytes or b"") + self._reader.take_unparsed()
         self._upgrade_bytes = None
+        self._reader.retire()
         return rest

@@ -236,6 +236,12 @@ class HeadReader:
         data, self._unparsed = self._unparsed, None
         return b"" if data is None else bytes(data)
 
+    def retire(self) -> None:
+        """The connection is a WebSocket's now: llhttp's parser, its callbacks and what answers a broken
+        request go (about a kilobyte and ten objects a WebSocket keeps otherwise). Nothing is parsed here
+        again: what arrives is the WebSocket's (and an UPGRADED connection's bytes never reach the parser)."""
+        del self._parser, self._broken
+
     def receive_unparsed(self) -> None:
         data, self._unparsed = self._unparsed, None
         if data is not None and not self._conn.stopped:
