@@ -60,6 +60,7 @@ nitpick_ignore = [
     ("py:class", "aiorest.http.datastructures._V"),
     ("py:class", "aiorest.http.interfaces.BodySource"),
     ("py:class", "aiorest.http.websocket._T"),  # receive_json's message type
+    ("py:class", "aiorest.http.websocket._M"),  # WebSocket[Model]: the type its handler declares
 ]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 from .exceptions import ClientDisconnected, HTTPInternalServerError
 
@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+_M = TypeVar("_M")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,16 +120,21 @@ class WebSocketUpgrade(Protocol):
         ...
 
 
-class WebSocket:
+class WebSocket(Generic[_M]):
     """A WebSocket connection, as its handler sees it (the request it began as: ``request``).
 
     Messages are ``str`` (text) or ``bytes`` (binary); JSON goes through the app's codec,
-    and a message type given to ``receive_json`` is decoded by msgspec.
+    and a message type given to ``receive_json`` is decoded by msgspec. A handler that declares
+    its parameter ``WebSocket[Model]`` has its messages' type there (``message_type``):
+    ``receive_json()`` and ``iter_json()`` decode each message into a ``Model``.
     """
 
-    def __init__(self, request: Request, limits: WebSocketLimits | None = None) -> None:
+    def __init__(
+        self, request: Request, limits: WebSocketLimits | None = None, message_type: type[_M] | None = None
+    ) -> None:
         self.request = request
         self.limits = limits or WebSocketLimits()
+        self.message_type = message_type  #: what ``receive_json()`` decodes into; None: any JSON
         self.subprotocol: str | None = None  #: the subprotocol chosen at ``accept``
         self._channel: WebSocketChannel | None = None
 
@@ -188,13 +194,15 @@ class WebSocket:
         return message
 
     @overload
-    async def receive_json(self) -> Any: ...
+    async def receive_json(self) -> _M: ...
     @overload
     async def receive_json(self, type: type[_T]) -> _T: ...
     async def receive_json(self, type: Any = None) -> Any:
-        """The next message as JSON (text or binary), by the app's codec; with ``type``, decoded and
-        validated by msgspec (a message that does not fit: close 1007, then WebSocketDisconnect)."""
+        """The next message as JSON (text or binary), by the app's codec; with ``type`` (or the handler's
+        ``WebSocket[Model]``), decoded and validated by msgspec (a message that does not fit: close 1007,
+        then WebSocketDisconnect)."""
         message = await self.receive()
+        type = type or self.message_type
         try:
             if type is None:
                 return self.request.app.json.loads(message.encode() if isinstance(message, str) else message)
@@ -237,6 +245,15 @@ class WebSocket:
         try:
             while True:
                 yield await self.receive()
+        except WebSocketDisconnect:
+            return
+
+    async def iter_json(self) -> AsyncIterator[_M]:
+        """Each message as :meth:`receive_json` gives it, until the client closes (a close ends the
+        iteration; a message that does not fit closes 1007 and ends it too)."""
+        try:
+            while True:
+                yield await self.receive_json()
         except WebSocketDisconnect:
             return
 

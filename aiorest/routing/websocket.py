@@ -8,7 +8,9 @@ bearer tokens run before it, so before the upgrade; what they answer goes out as
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import logging
+import typing
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
@@ -24,7 +26,7 @@ __all__ = ["WebSocketEndpoint", "WebSocketHandler", "OriginPolicy"]
 
 logger = logging.getLogger("aiorest.error")
 
-WebSocketHandler = Callable[[WebSocket], Awaitable[Any]]
+WebSocketHandler = Callable[[WebSocket[Any]], Awaitable[Any]]
 
 
 @runtime_checkable
@@ -63,6 +65,7 @@ class WebSocketEndpoint:
             self._policy = origins  # type: ignore[assignment]
         elif not self._any_origin:
             self._origins = frozenset(origin.rstrip("/").lower() for origin in origins)
+        self.message_type = message_type_of(handler)
         self.__name__ = getattr(handler, "__name__", "websocket")
         self.__qualname__ = getattr(handler, "__qualname__", self.__name__)
         self.__doc__ = handler.__doc__
@@ -77,7 +80,7 @@ class WebSocketEndpoint:
         origin = request.header("origin")
         if origin is not None and not self.allows(origin, request.header("host") or "", request.app):
             raise HTTPForbidden(f"WebSocket connections from {origin[:100]!r} are not allowed")
-        websocket = WebSocket(request, self.limits)
+        websocket: WebSocket[Any] = WebSocket(request, self.limits, self.message_type)
         try:
             await self.handler(websocket)
         except WebSocketDisconnect:
@@ -108,6 +111,31 @@ class WebSocketEndpoint:
         if normal in self._origins:
             return True
         return bool(host) and urlsplit(normal).netloc == host.lower()
+
+
+def message_type_of(handler: WebSocketHandler) -> Any:
+    """The ``Model`` of a handler whose first parameter is declared ``WebSocket[Model]``, else None.
+    A declared type that does not resolve, or that msgspec refuses, is a TypeError now, not at the first message."""
+    parameters = list(inspect.signature(handler).parameters.values())
+    if not parameters or parameters[0].annotation is inspect.Parameter.empty:
+        return None
+    try:
+        declared = typing.get_type_hints(handler).get(parameters[0].name)
+    except Exception as exc:  # an annotation that does not resolve
+        if "[" in str(parameters[0].annotation):  # a message type declared but not found: not ignored
+            raise TypeError(f"{handler.__qualname__}: {parameters[0].annotation} does not resolve ({exc})") from exc
+        return None  # the handler takes what it takes
+    if typing.get_origin(declared) is not WebSocket or not typing.get_args(declared):
+        return None
+    model = typing.get_args(declared)[0]
+    if model is Any:
+        return None
+    try:
+        import msgspec
+    except ImportError:
+        raise RuntimeError("WebSocket[Model] needs msgspec: pip install '.[typed]' in aiorest's checkout") from None
+    msgspec.json.Decoder(model)  # TypeError for what msgspec refuses outright
+    return model
 
 
 def _asks_for_websocket(request: Request) -> bool:

@@ -2,7 +2,7 @@
 
 import msgspec
 
-from aiorest import App, HTTPUnauthorized, WebSocket, WebSocketDisconnect, WebSocketLimits
+from aiorest import App, HTTPUnauthorized, WebSocket, WebSocketLimits
 
 app = App()
 
@@ -41,17 +41,14 @@ async def bearer(request, handler):
     limits=WebSocketLimits(max_message=4096, idle_timeout=300),
     origins=["https://chat.example"],
 )
-async def chat(ws: WebSocket) -> None:
+async def chat(ws: WebSocket[Say]) -> None:  # its messages are Says
     await ws.accept(subprotocol="chat.v1" if "chat.v1" in ws.subprotocols else None)
     user = ws.request.state.user
     members = rooms.setdefault(ws.request.path_params["room"], set())
     members.add(ws)
     try:
-        while True:
-            say = await ws.receive_json(Say)  # a message that is not a Say closes with 1007
+        async for say in ws.iter_json():  # each a Say; a message that is not one closes with 1007
             for member in list(members):
                 await member.send_json(Said(user, say.text))
-    except WebSocketDisconnect:
-        pass
     finally:
         members.discard(ws)
