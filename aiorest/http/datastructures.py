@@ -33,6 +33,18 @@ class MultiDict(Mapping[str, _V]):
     def __getitem__(self, key: str) -> _V:
         return self._first[key]
 
+    # get and `in` from the dict itself: Mapping's would raise and catch a KeyError for each absent key,
+    # as a typed handler's optional query parameters are on most requests (about 1 µs each).
+    @overload
+    def get(self, key: str, default: None = None) -> _V | None: ...
+    @overload
+    def get(self, key: str, default: _V | _T) -> _V | _T: ...
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._first.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._first
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._first)
 
