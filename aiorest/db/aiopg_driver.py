@@ -37,6 +37,7 @@ import psycopg2.extensions
 
 from .driver import ConnectOptions, DatabaseConnection
 from .errors import Params, StatementTimeout, nul_error
+from .statements import PREPARED_MAX, PreparedStatements, Preparing
 
 __all__ = ["AiopgConnection", "AiopgDriver", "AiopgPoolDriver"]
 
@@ -88,8 +89,11 @@ if aiopg.__version__.startswith("1.4.") and getattr(aiopg.Connection._ready, "__
     aiopg.Connection._ready = staticmethod(_ready)  # type: ignore[method-assign]
 
 
-class AiopgConnection:
+class AiopgConnection(Preparing):
     """One aiopg connection and a psycopg2 cursor on it, as the pool's DatabaseConnection (driver.py).
+
+    Its statements are prepared as the default driver's are (``Preparing``, statements.py) when it is
+    the pool's own (``prepare``); a connection borrowed from the app's aiopg pool prepares nothing.
 
     A statement is sent as ``aiopg.Cursor.execute`` sends it (psycopg2's
     cursor, then aiopg's reader and writer callbacks drive the connection
@@ -104,8 +108,11 @@ class AiopgConnection:
     interrupted = False
     _pump: asyncio.Task[None] | None = None  # a LISTEN connection's: see hand_on_notifies
 
-    def __init__(self, conn: aiopg.Connection, *, timeout: float, give_back: Any = None) -> None:
+    def __init__(self, conn: aiopg.Connection, *, timeout: float, give_back: Any = None, prepare: bool = False) -> None:
         self.conn = conn
+        self.raw = conn.raw
+        self._prepare = prepare  # an owned connection's statements are prepared (statements.py), a borrowed one's not
+        self._statements = PreparedStatements(PREPARED_MAX)
         self._ref = weakref.ref(conn)
         self._cursor = conn.raw.cursor()
         self._timeout = timeout
@@ -122,7 +129,7 @@ class AiopgConnection:
         conn = self.conn
         return not self.broken and not conn.closed and conn.raw.get_transaction_status() == _IDLE
 
-    async def execute(self, sql: str, params: Params = None, *, prepare: bool = True) -> Any:
+    async def _run(self, sql: str, params: Params) -> Any:
         self.sent = False
         self._check_alive()
         conn = self.conn
@@ -208,7 +215,7 @@ class AiopgDriver:
 
     name = "aiopg"
     owns_connections = True
-    prepares = False
+    prepares = True
 
     def opening(self) -> None:
         pass
@@ -220,7 +227,7 @@ class AiopgDriver:
             enable_hstore=False,  # one query less per connection; aiopg's pool default keeps it
             application_name=options.application_name,
         )
-        connection = AiopgConnection(conn, timeout=options.statement_timeout + _TIMEOUT_MARGIN)
+        connection = AiopgConnection(conn, timeout=options.statement_timeout + _TIMEOUT_MARGIN, prepare=options.prepare)
         conn.__dict__["_aiorest_lost"] = lambda: _report_loss(connection, options)
         if options.notified is not None:
             connection.hand_on_notifies(options.notified)

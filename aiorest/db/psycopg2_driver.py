@@ -29,7 +29,7 @@ import psycopg2.extensions
 import psycopg2.extras
 
 from .errors import Params, StatementTimeout, nul_error
-from .statements import PreparedStatements, execute_prepared, inline_integers
+from .statements import PREPARED_MAX, PreparedStatements, Preparing
 
 if TYPE_CHECKING:
     from .driver import ConnectOptions, DatabaseConnection
@@ -40,12 +40,11 @@ _IDLE = psycopg2.extensions.TRANSACTION_STATUS_IDLE
 _POLL_OK = psycopg2.extensions.POLL_OK
 _POLL_WRITE = psycopg2.extensions.POLL_WRITE
 _POLL_EVERY = 0.25  # seconds: a statement in flight polls its connection this often, events or not
-_PREPARED_MAX = 256  # texts prepared a connection (each plan lives in the backend); past it, unprepared
 # What cursor.execute raises when it refuses a statement before sending it.
 _REFUSED_BEFORE_SENDING = (ValueError, TypeError, LookupError, psycopg2.ProgrammingError)
 
 
-class Psycopg2Connection:
+class Psycopg2Connection(Preparing):
     """One psycopg2 asynchronous connection: its socket on the loop, its one cursor, its prepared statements.
 
     The socket's reader stays registered while the connection is open, so a
@@ -54,7 +53,7 @@ class Psycopg2Connection:
     finds the connection closed unwatches it in the same step: libpq has
     already closed the socket, and its number is free for the next one.
 
-    ``options.prepare``: prepare each statement text once, up to _PREPARED_MAX texts (``execute`` may still be told
+    ``options.prepare``: prepare each statement text once, up to PREPARED_MAX texts (``execute`` may still be told
     not to). ``statement_timeout``: seconds a statement may run; a second past
     it, the connection is closed and the statement raises StatementTimeout.
     PostgreSQL's own statement_timeout, which the caller sets, ends it first;
@@ -82,7 +81,7 @@ class Psycopg2Connection:
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._began = 0.0  # when the statement in flight was sent (the loop's clock)
-        self._statements = PreparedStatements(_PREPARED_MAX)
+        self._statements = PreparedStatements(PREPARED_MAX)
         self._timed_out = False
         self._cancelling: asyncio.Future[None] | None = None  # a cancel request sent at the timeout
         self.broken = False
@@ -104,35 +103,6 @@ class Psycopg2Connection:
             and not self.raw.closed
             and self.raw.get_transaction_status() == _IDLE
         )
-
-    async def execute(self, sql: str, params: Params = None, *, prepare: bool = True) -> Any:
-        """Run one statement; returns psycopg2's cursor, positioned on the results (prepared: statements.py)."""
-        if prepare and self._prepare and not isinstance(params, dict):
-            found = self._statements.find(sql, params)
-            if found is not None:
-                key, types, name = found
-                name = name or await self._prepare_statement(key, sql, params, types)
-                if name is not None:
-                    return await self._run(*execute_prepared(name, params))
-        if params and not isinstance(params, dict):
-            inlined = inline_integers(sql, params)
-            if inlined is not None:
-                return await self._run(inlined, None)
-        return await self._run(sql, params)
-
-    async def _prepare_statement(self, key: Any, sql: str, params: Params, types: str) -> str | None:
-        """PREPARE the statement (see PreparedStatements); its name, or None to run it unprepared."""
-        if (plan := self._statements.plan(key, sql, params, types, self.raw.get_transaction_status() != _IDLE)) is None:
-            return None
-        name, statement = plan
-        try:
-            await self._run(statement, None)
-        except psycopg2.ProgrammingError:
-            if self.raw.closed or not self._statements.failed(key, types):
-                raise
-            return None  # run unprepared: it raises its own error, if it has one
-        self._statements.prepared(key, name)
-        return name
 
     async def _run(self, sql: str, params: Params) -> Any:
         if self._waiter is not None:

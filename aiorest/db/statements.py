@@ -1,8 +1,9 @@
-"""Statements as the psycopg2 driver sends them: ``%s`` as ``$n`` for PREPARE, integers inlined.
+"""Statements as both drivers send them: ``%s`` as ``$n`` for PREPARE, integers inlined.
 
 What may be prepared (a statement without parameters, or with integer ones only, typed by
 size), and the text psycopg2 would have made, so that a prepared or inlined statement
-returns exactly what psycopg2 alone returns.
+returns exactly what psycopg2 alone returns. ``Preparing`` is what a connection of either
+driver (psycopg2_driver.py, aiopg_driver.py) does with a statement it is given.
 """
 
 from __future__ import annotations
@@ -15,13 +16,26 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import psycopg2  # type: ignore[import-untyped]
+import psycopg2.extensions  # type: ignore[import-untyped]
 from psycopg2.extras import Json  # type: ignore[import-untyped]
 
 from .errors import Params
 
-__all__ = ["PreparedStatements", "execute_prepared", "inline_integers", "integer_types", "parameter_types", "to_dollar"]
+__all__ = [
+    "PREPARED_MAX",
+    "Preparing",
+    "PreparedStatements",
+    "execute_prepared",
+    "inline_integers",
+    "integer_types",
+    "parameter_types",
+    "to_dollar",
+]
 
 _Key = str | tuple[str, str]
+#: Texts a connection prepares (each plan lives in its backend); past it, statements run unprepared.
+PREPARED_MAX = 256
 
 _PREPARABLE = re.compile(r"^\s*(select|insert|update|delete|with|values)\b", re.IGNORECASE)
 _PERCENT = re.compile(r"%.?", re.DOTALL)
@@ -245,3 +259,49 @@ def execute_prepared(name: str, params: Params) -> tuple[str, Params]:
     if all(type(value) is int for value in params):
         return f"EXECUTE {name} ({', '.join(map(str, params))})", None
     return f"EXECUTE {name} ({', '.join(['%s'] * len(params))})", params
+
+
+class Preparing:
+    """How a connection runs a statement: prepared once and then EXECUTEd by name (``_statements``, when
+    ``_prepare``), else with its integer parameters inlined, else as psycopg2 adapts it.
+
+    The connection class gives ``raw`` (its psycopg2 connection) and ``_run(sql, params)``, which sends
+    one statement and returns the cursor on its results.
+    """
+
+    raw: psycopg2.extensions.connection
+    _prepare: bool
+    _statements: PreparedStatements
+
+    async def _run(self, sql: str, params: Params) -> Any:
+        raise NotImplementedError
+
+    async def execute(self, sql: str, params: Params = None, *, prepare: bool = True) -> Any:
+        """Run one statement; returns psycopg2's cursor, positioned on the results."""
+        if prepare and self._prepare and not isinstance(params, dict):
+            found = self._statements.find(sql, params)
+            if found is not None:
+                key, types, name = found
+                name = name or await self._prepare_statement(key, sql, params, types)
+                if name is not None:
+                    return await self._run(*execute_prepared(name, params))
+        if params and not isinstance(params, dict):
+            inlined = inline_integers(sql, params)
+            if inlined is not None:
+                return await self._run(inlined, None)
+        return await self._run(sql, params)
+
+    async def _prepare_statement(self, key: Any, sql: str, params: Params, types: str) -> str | None:
+        """PREPARE the statement (see PreparedStatements); its name, or None to run it unprepared."""
+        in_transaction = self.raw.get_transaction_status() != psycopg2.extensions.TRANSACTION_STATUS_IDLE
+        if (plan := self._statements.plan(key, sql, params, types, in_transaction)) is None:
+            return None
+        name, statement = plan
+        try:
+            await self._run(statement, None)
+        except psycopg2.ProgrammingError:
+            if self.raw.closed or not self._statements.failed(key, types):
+                raise
+            return None  # run unprepared: it raises its own error, if it has one
+        self._statements.prepared(key, name)
+        return name

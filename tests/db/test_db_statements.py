@@ -1,7 +1,7 @@
 """aiorest.db runs a statement as psycopg2's own cursor.execute does, prepared or not.
 
 Each (sql, params) goes through a plain synchronous psycopg2 cursor, then
-through Database with prepare on, off, and as behind PgBouncer in transaction
+through Database, on each driver, with prepare on, off, and as behind PgBouncer in transaction
 mode; the rows, and the Python type of every value, must be the same. A
 statement is run twice on each pool (the first run prepares it, the second
 executes the prepared statement), and the texts are run again with parameters
@@ -103,14 +103,15 @@ async def _got(db: Database, sql: str, params: Any, *, into_tuples: bool = False
         return type(exc)
 
 
+@pytest.mark.parametrize("driver", ["psycopg2", "aiopg"])
 @pytest.mark.parametrize("mode", ["prepared", "unprepared", "pgbouncer-transaction"])
-async def test_statements_give_what_psycopg2_gives(shared_database_url, reference, mode: str) -> None:
+async def test_statements_give_what_psycopg2_gives(shared_database_url, reference, mode: str, driver: str) -> None:
     options: dict[str, Any] = {
         "prepared": {"prepare": True},
         "unprepared": {"prepare": False},
         "pgbouncer-transaction": {"pooler": "transaction"},
     }[mode]
-    db = Database(shared_database_url, min_size=1, max_size=1, **options)
+    db = Database(shared_database_url, min_size=1, max_size=1, driver=driver, **options)
     await db.open()
     try:
         for sql, params in STATEMENTS:

@@ -41,10 +41,10 @@ __all__ = ["install", "uninstall"]
 _CLIENT = SpanKind.CLIENT
 _INTERNAL = SpanKind.INTERNAL
 
-# (module, class, how to reach a connection's psycopg2 connection)
+# (module, class, how to reach a connection's psycopg2 connection): both drivers' connections run their
+# statements through Preparing.execute
 _CONNECTIONS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
-    ("aiorest.db.psycopg2_driver", "Psycopg2Connection", lambda connection: connection.raw),
-    ("aiorest.db.aiopg_driver", "AiopgConnection", lambda connection: connection.conn.raw),
+    ("aiorest.db.statements", "Preparing", lambda connection: connection.raw),
 )
 # (module, base class, span name prefix, the methods that reach the store)
 _STORES = (
