@@ -258,6 +258,23 @@ async def test_fragments_together_larger_than_max_message_close_1009():
         raw.close()
 
 
+async def test_a_client_still_sending_past_max_message_reads_the_1009_close_not_a_reset():
+    # Autobahn 9.4.5: failing the connection, the server closed its socket while the client still
+    # wrote; the kernel answered the client's next bytes with a reset, which could reach it before it
+    # read the close frame. The server now half-closes and reads on until the client closes.
+    app, _ = make_app(WebSocketLimits(max_message=64 * 1024))
+    async with TestClient(app) as client:
+        raw, _ = await RawWebSocket.open(client.port)
+        raw.send(Opcode.BINARY, b"x" * 16384, fin=False)
+        for _ in range(255):  # 4 MiB in 16 KiB frames, as Autobahn's case sends it
+            raw.send(Opcode.CONT, b"x" * 16384, fin=False)
+        raw.send(Opcode.CONT, b"x", fin=True)
+        await asyncio.wait_for(raw.writer.drain(), 10)
+        assert (await raw.close_frame()).code == 1009
+        assert await asyncio.wait_for(raw.reader.read(), 5) == b""  # then the server's end of stream
+        raw.close()
+
+
 async def test_invalid_utf8_closes_1007_even_split_between_fragments():
     app, _ = make_app()
     async with TestClient(app) as client:

@@ -225,7 +225,14 @@ class WebSocketConnection(asyncio.Protocol):
         for data in self._ws.data_to_send():
             if data:
                 transport.write(data)
-            else:  # the library's end of stream: a server closes TCP once the close frames are exchanged
+            elif transport.can_write_eof():
+                # The library's end of stream (the close frames exchanged, or the connection failed):
+                # half-close, as its sans-IO guide says, and read on until the client closes its side
+                # (eof_received; check_deadline aborts past close_timeout). Closing at once would make
+                # the kernel answer what the client is still sending with a reset, which can reach it
+                # before it reads our close frame: a client over max_message would see a reset, not 1009.
+                transport.write_eof()
+            else:
                 transport.close()
 
     def pause_writing(self) -> None:
