@@ -286,9 +286,10 @@ class _CountingFuture(asyncio.Future[None]):
 
 
 async def test_a_stream_registers_on_the_shared_ending_futures_once_not_per_event() -> None:
-    # Every stream of a worker waits on the one ``stopping`` future. Registering on it for each event, and
-    # removing that callback (a scan of all the other streams' callbacks), made a broadcast to N streams cost
-    # N² steps: 10,000 streams stalled the loop for seconds (python -m load live). Once per stream it is.
+    # Every stream of a worker waited on the one ``stopping`` future (each has its own now: ServerState).
+    # Registering on it for each event, and removing that callback (a scan of all the other streams'
+    # callbacks), made a broadcast to N streams cost N² steps: 10,000 streams stalled the loop for seconds
+    # (python -m load live). Once per stream it is.
     async def events() -> AsyncIterator[str]:
         for n in range(50):
             yield str(n)
