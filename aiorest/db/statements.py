@@ -114,6 +114,8 @@ def parameter_types(params: Params) -> str | None:
     """
     if not params:
         return ""
+    if type(params) is tuple and len(params) == 1 and type(params[0]) is int:
+        return _integer_type(params[0])  # the common statement (a row by its id): the loop below, shorter
     if isinstance(params, Mapping):
         return None  # %(name)s: left to psycopg2
     types = []
@@ -256,6 +258,8 @@ def execute_prepared(name: str, params: Params) -> tuple[str, Params]:
     the others adapted by psycopg2."""
     if not params:
         return f"EXECUTE {name}", None
+    if type(params) is tuple and len(params) == 1 and type(params[0]) is int:  # a row by its id: as below
+        return f"EXECUTE {name} ({params[0]})", None
     if all(type(value) is int for value in params):
         return f"EXECUTE {name} ({', '.join(map(str, params))})", None
     return f"EXECUTE {name} ({', '.join(['%s'] * len(params))})", params
