@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -205,7 +206,9 @@ def test_notes_bench_checks_both_answers_alike_and_pairs_the_ratios(tmp_path, pg
         # each answered the same page (checked before the load), and every request of the load with a 2xx
         cell = summary["cells"][name]
         assert cell["rps"]["mean"] > 0 and cell["errors"] == 0, cell
-        assert cell["server_cpu_us"] > 0 and cell["postgres_cpu_us"] > 0
+        # PostgreSQL's CPU is read in clock ticks of each backend: one second of smoke on a loaded machine
+        # can see none (CI saw 0.0 for FastAPI's pool), so only its being measured is checked here
+        assert cell["server_cpu_us"] > 0 and math.isfinite(cell["postgres_cpu_us"]) and cell["postgres_cpu_us"] >= 0
     assert set(summary["ratios"]) == {"aiorest/fastapi rps", "aiorest/fastapi cpu"}
     for ratio in summary["ratios"].values():
         assert ratio["mean"] > 0 and ratio["per_round"] and ratio["target"] == 5.0
