@@ -163,7 +163,7 @@ class EventSourceResponse(StreamResponse):
         loop = asyncio.get_running_loop()
         task = asyncio.current_task(loop)
         if task is None:
-            raise RuntimeError("an event stream is sent from inside a Task")
+            raise RuntimeError("an event stream must be sent from inside a Task")
         stream = _Stream(loop, write, task)
         ending = tuple(ending)
         for future in ending:  # no context copied for each: the callback only cancels

@@ -190,11 +190,12 @@ def _write_chunk(transport: asyncio.WriteTransport, chunk: bytes, chunked: bool)
 class BodyWriter:
     """Writes the pieces of a streamed body, each whole, framed as a chunk when ``chunked``; counts them."""
 
-    __slots__ = ("_transport", "_chunked", "sent")
+    __slots__ = ("_transport", "_chunked", "_events", "sent")
 
-    def __init__(self, transport: asyncio.WriteTransport, chunked: bool) -> None:
+    def __init__(self, transport: asyncio.WriteTransport, chunked: bool, events: bool = False) -> None:
         self._transport = transport
         self._chunked = chunked
+        self._events = events  # an event stream's: it ends when the client goes, a body cut short
         self.sent = 0  # body bytes, framing not counted
 
     def write(self, piece: bytes) -> None:
@@ -222,9 +223,12 @@ class BodyWriter:
 
     def end(self, whole: bool) -> int | None:
         """The body is over (``whole``: not cut short by the client): the last chunk goes, if the connection
-        is still open. The body bytes sent, or None when the client went away: the connection must close."""
-        if not whole or self._transport.is_closing():
+        is still open. The body bytes sent, or None when the client went away: the connection must close
+        (a whole body the client closed on at its end counts as sent; an event stream's end does not)."""
+        if not whole:
             return None
+        if self._transport.is_closing():
+            return None if self._events else self.sent
         if self._chunked:
             self._transport.write(b"0\r\n\r\n")
         return self.sent
@@ -260,9 +264,11 @@ def begin_stream(
     head = request.method == "HEAD"
     # first: if making the head fails, none of the content has run
     transport.write(response_head(response, None, chunked, state.header_lines, connection, request.raw_id))
-    writer = BodyWriter(transport, chunked and not head)
+    events = isinstance(response, EventSourceResponse)
+    writer = BodyWriter(transport, chunked and not head, events and not head)
     if head:
         return writer, _closed(response.content)
-    if isinstance(response, EventSourceResponse):
+    if events:
+        assert isinstance(response, EventSourceResponse)
         return writer, response.send(writer.write, drain, request.app.json, (request.disconnected(), state.stopping()))
     return writer, writer.pipe(response.content, drain)
