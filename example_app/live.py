@@ -70,8 +70,10 @@ _EVENTS = (
     "SELECT kind AS type, id, note_id, version, at FROM note_events WHERE user_id = %s AND id > %s ORDER BY id LIMIT %s"
 )
 # The id to go on from: with "since", the newest event if since is not one of ours (-1) or is before the
-# oldest kept (the events between were pruned: resync), else since; without, the user's newest event.
-_START = """SELECT coalesce((SELECT max(id) FROM note_events WHERE user_id = %(user)s), 0) AS newest,
+# oldest kept (the events between were pruned: resync), else since; without, the newest event. The newest of
+# anyone's, not the user's own: the ids are one sequence, and pruning goes by it. From the user's own, a user
+# without events resumed from 0, which other users' events, once pruned, made look older than what is kept.
+_START = """SELECT coalesce((SELECT max(id) FROM note_events), 0) AS newest,
     coalesce(%(since)s < 0 OR %(since)s < (SELECT min(id) FROM note_events) - 1, false) AS pruned"""
 
 

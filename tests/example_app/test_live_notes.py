@@ -130,6 +130,22 @@ async def test_last_event_id_gets_what_was_missed_in_order_then_live_events(user
     assert [data["note_id"] for _, data in got] == [note["id"] for note in missed]
 
 
+async def test_a_user_without_events_resumes_with_ready_after_others_events_were_pruned(users):
+    # The cursor was the user's own newest event: 0 for bob, who has none. Once other users' events were
+    # pruned (a test that prunes, running beside this module's, was enough), 0 looked older than what is
+    # kept and bob was told to resync, having missed nothing. The cursor is the newest of anyone's now.
+    await users.write("ada")
+    await users.write("ada")
+    async with users.client.sse("/notes/events", headers=users.tokens["bob"]) as events:
+        _, ready = await next_event(events)
+    await users.write("ada")
+    # pruned up to bob's cursor: everything older than what he has been told of
+    cursor = await users.db.fetchval("SELECT max(id) FROM note_events WHERE id <= %s", (max(ready["id"], 1),))
+    await users.db.execute("DELETE FROM note_events WHERE id <= %s", (cursor,))
+    async with users.client.sse("/notes/events", last_event_id=str(ready["id"]), headers=users.tokens["bob"]) as events:
+        assert (await next_event(events))[0] == "ready"
+
+
 async def test_a_last_event_id_not_of_ours_gets_resync(users):
     async with users.client.sse("/notes/events", last_event_id="abc", headers=users.tokens["ada"]) as events:
         assert (await next_event(events))[0] == "resync"
