@@ -55,12 +55,14 @@ async def test_resets_closes_and_5xx_are_failures_and_connection_close_is_not():
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        result = await run(f"http://127.0.0.1:{port}/", rate=100, duration=0.4, connections=1, timeout=1)
+        # a second at 100 a second: on a loaded CI machine late timers sent only 3 in 0.4 s, and every kind of
+        # answer below needs a request of its own (one cycle of the server's four is what is asserted)
+        result = await run(f"http://127.0.0.1:{port}/", rate=100, duration=1.0, connections=1, timeout=1)
     finally:
         server.close()
         await server.wait_closed()
-    assert result.sent >= 8
+    assert result.sent >= 4
     assert result.failed == result.sent - result.statuses[200] > 0
-    assert result.failures["status 503"] >= 2
+    assert result.failures["status 503"] >= 1
     assert sum(failed for _, failed in result.timeline) == result.failed
     assert any(reason.startswith("ConnectionError: closed") for reason in result.failures)
