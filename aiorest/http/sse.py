@@ -16,12 +16,12 @@ same format back, for the test client and anyone else.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import re
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._support.contexts import NO_CONTEXT
 from .exceptions import ClientDisconnected
 from .jsoncodec import JSONCodec
 from .response import StreamResponse
@@ -167,7 +167,7 @@ class EventSourceResponse(StreamResponse):
         stream = _Stream(loop, write, task)
         ending = tuple(ending)
         for future in ending:  # no context copied for each: the callback only cancels
-            future.add_done_callback(stream, context=_NO_CONTEXT)
+            future.add_done_callback(stream, context=NO_CONTEXT)
         beat = _Heartbeat(stream, self.heartbeat) if self.heartbeat is not None else None
         iterator = aiter(self.content)
         try:
@@ -201,16 +201,15 @@ class EventSourceResponse(StreamResponse):
         return True
 
 
-_NO_CONTEXT = contextvars.Context()
-
-
 class _Stream:
     """A stream's writes (when the last frame went; whether the client is behind, a drain waiting), and
     the callback of its ``ending`` futures: the first done cancels the Task sending it, once."""
 
     __slots__ = ("loop", "_write", "last", "behind", "_task", "ended", "over")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, write: Callable[[bytes], None], task: asyncio.Task[Any]):
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, write: Callable[[bytes], None], task: asyncio.Task[Any]
+    ) -> None:
         self.loop = loop
         self._write = write
         self.last = loop.time()

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Coroutine, Generator
 from contextvars import copy_context
 from typing import TYPE_CHECKING, Any
 
+from .._support.contexts import NO_CONTEXT
 from ..http.conditional import answered_as_sent
 from ..http.exceptions import HTTPError
 from ..http.files import FileResponse
@@ -33,7 +34,7 @@ from ._h1 import ANSWERING, IDLE, H1Connection
 from .filewriting import write_file
 from .interfaces import ServedApp, TransportSide
 from .shared import ServerState
-from .stepping import DONE, INLINE, NO_CONTEXT, forget_cancels, resume, run_task, step, stepping
+from .stepping import DONE, INLINE, forget_cancels, resume, run_task, step, stepping
 from .writing import begin_stream, short_answer, write_response
 
 if TYPE_CHECKING:
@@ -166,10 +167,9 @@ class HandlerDriver:
             if not self.grace or conn.stopped:
                 side.close()
 
-    # Every handler runs inside a Task from its first line (stepping.py). On the inline path the
-    # connection keeps one Task, _serve: _process runs the first step of each request at once
-    # (stepping.step), a handler that waits is handed to _serve. On the task path each request
-    # gets a Task of its own (_start_task).
+    # Every handler runs inside a Task from its first line (stepping.py). On the inline path the connection
+    # keeps one Task, _serve: _process runs the first step of each request at once (stepping.step), a
+    # handler that waits is handed to _serve. On the task path each request gets a Task (_start_task).
 
     def _start_task(self, request: Request, handling: Generator[Any, Any, None], context: contextvars.Context) -> None:
         task = self._runner = self._loop.create_task(run_task(handling), context=context)

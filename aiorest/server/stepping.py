@@ -40,7 +40,6 @@ except ImportError:  # pragma: no cover - exercised through the probe's test
 __all__ = [
     "DONE",
     "INLINE",
-    "NO_CONTEXT",
     "TASK",
     "choose",
     "forget_cancels",
@@ -58,9 +57,6 @@ TASK = "task"
 SETTINGS = ("auto", INLINE, TASK)
 ENV = "AIOREST_HANDLER_STEPPING"
 DONE = object()  # what next() gives for a coroutine that has finished
-#: The context of callbacks that read no context variable: one for all, not a copy that each
-#: connection's Task keeps with its done-callback.
-NO_CONTEXT = contextvars.Context()
 
 
 def inline_works() -> bool:

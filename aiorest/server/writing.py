@@ -264,11 +264,9 @@ def begin_stream(
     head = request.method == "HEAD"
     # first: if making the head fails, none of the content has run
     transport.write(response_head(response, None, chunked, state.header_lines, connection, request.raw_id))
-    events = isinstance(response, EventSourceResponse)
-    writer = BodyWriter(transport, chunked and not head, events and not head)
+    writer = BodyWriter(transport, chunked and not head, not head and isinstance(response, EventSourceResponse))
     if head:
         return writer, _closed(response.content)
-    if events:
-        assert isinstance(response, EventSourceResponse)
+    if isinstance(response, EventSourceResponse):
         return writer, response.send(writer.write, drain, request.app.json, (request.disconnected(), state.stopping()))
     return writer, writer.pipe(response.content, drain)
